@@ -1,0 +1,110 @@
+"""Assembly of the free-node system ``A h_f = b`` from node log-conductivities.
+
+The sparsity pattern depends only on the problem, so :class:`SystemLayout` builds it once (with the index maps
+that scatter edge conductances into CSC storage); each solve then only fills numbers in.
+
+Edge transmissibility, with the geometric mean of the two nodes' conductivities (DPFEHM's convention):
+
+    T_e = aol_e * exp((logK_a + logK_b) / 2)
+
+    A_ii = sum over edges at i of T_e        (edges to Dirichlet neighbours included)
+    A_ij = -T_e                              (both ends free)
+    b_i  = Q_i + sum over Dirichlet neighbours d of T_e * h_d
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+if TYPE_CHECKING:
+    from flowlearn.darcy.problem import DarcyProblem
+
+
+class SystemLayout:
+    """Index maps from the nodes and edges of ``problem`` to the rows and CSC entries of ``A``.
+
+    Edges with an inactive end, and edges between two Dirichlet nodes, play no part and are dropped.
+    ``edges`` lists the remaining ones as (node_a, node_b) in node order: first the free-free edges, then the
+    free-Dirichlet edges with the free node first.
+    """
+
+    def __init__(self, problem: DarcyProblem) -> None:
+        grid = problem.grid
+        free = grid.to_nodes(problem.free)
+        fixed = grid.to_nodes(problem.dirichlet)
+        active = grid.to_nodes(problem.active)
+        a, b = grid.edges.T
+        aol = grid.areas_over_lengths
+        used = active[a] & active[b] & ~(fixed[a] & fixed[b])
+        a, b, aol = a[used], b[used], aol[used]
+        # Orient free-Dirichlet edges free-first so that column 0 is always a free node.
+        flip = fixed[a]
+        a, b = np.where(flip, b, a), np.where(flip, a, b)
+        both_free = free[b]
+        order = np.argsort(~both_free, kind="stable")
+        self.edges = np.stack([a[order], b[order]], axis=1)
+        self.areas_over_lengths = aol[order]
+        self.num_free_edges = int(both_free.sum())
+
+        self.num_nodes = grid.num_nodes
+        self.free_nodes = np.flatnonzero(free)
+        self.num_free = self.free_nodes.size
+        free_index = np.full(grid.num_nodes, -1, dtype=np.int64)
+        free_index[self.free_nodes] = np.arange(self.num_free)
+        self.row_a = free_index[self.edges[:, 0]]  # row of the free end of every edge
+        self.row_b = free_index[self.edges[: self.num_free_edges, 1]]  # row of the other end, free-free edges
+        self.free_mask = free
+        self.fixed_mask = fixed
+        self.active_mask = active
+        self._build_pattern()
+        self._torch_cache: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+
+    def _build_pattern(self) -> None:
+        """CSC pattern of the full symmetric ``A``: the diagonal plus both triangles of the free-free edges."""
+        n, ra, rb = self.num_free, self.row_a[: self.num_free_edges], self.row_b
+        diag = np.arange(n)
+        rows = np.concatenate([diag, ra, rb])
+        cols = np.concatenate([diag, rb, ra])
+        order = np.lexsort((rows, cols))
+        position = np.empty_like(order)
+        position[order] = np.arange(order.size)
+        self.indices = rows[order].astype(np.int32)
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=n))]).astype(np.int32)
+        self._diag_pos = position[:n]
+        self._offdiag_pos = position[n:]
+
+    @property
+    def nnz(self) -> int:
+        return self.indices.size
+
+    def transmissibilities(self, log_k: np.ndarray) -> np.ndarray:
+        """Edge transmissibility T_e, float64 (B, num_edges), from node log-conductivity (B, num_nodes)."""
+        a, b = self.edges.T
+        return self.areas_over_lengths * np.exp(0.5 * (log_k[:, a] + log_k[:, b]))
+
+    def matrix(self, transmissibility: np.ndarray) -> sp.csc_matrix:
+        """The SPD free-node matrix A (num_free, num_free) for one sample's T (num_edges,)."""
+        t_free = transmissibility[: self.num_free_edges]
+        data = np.empty(self.nnz)
+        data[self._diag_pos] = np.bincount(self.row_a, transmissibility, self.num_free) + np.bincount(
+            self.row_b, t_free, self.num_free
+        )
+        data[self._offdiag_pos] = -np.concatenate([t_free, t_free])
+        return sp.csc_matrix((data, self.indices, self.indptr), shape=(self.num_free, self.num_free))
+
+    def rhs(self, transmissibility: np.ndarray, heads: np.ndarray, sources: np.ndarray) -> np.ndarray:
+        """Right-hand side b (num_free,) for one sample: T (num_edges,), heads and sources (num_nodes,)."""
+        boundary = slice(self.num_free_edges, None)
+        inflow = transmissibility[boundary] * heads[self.edges[boundary, 1]]
+        return sources[self.free_nodes] + np.bincount(self.row_a[boundary], inflow, self.num_free)
+
+    def torch_tensors(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """(node_a, node_b, areas_over_lengths, free_mask, fixed_mask, active_mask) as tensors on ``device``."""
+        if device not in self._torch_cache:
+            arrays = (*self.edges.T, self.areas_over_lengths, self.free_mask, self.fixed_mask, self.active_mask)
+            self._torch_cache[device] = tuple(torch.as_tensor(np.ascontiguousarray(x), device=device) for x in arrays)
+        return self._torch_cache[device]

@@ -1,0 +1,166 @@
+"""The steady Darcy problem on a grid: which nodes are active, fixed (Dirichlet) or free, and the sources.
+
+The equation of a free node i, as in DPFEHM's ``groundwater`` model, is
+
+    sum over edges e = (i, j):  K_e * aol_e * (h_i - h_j) = Q_i,
+
+where a Dirichlet neighbour's head is known, K_e is the edge conductivity and aol_e the face area over the node
+distance. Dirichlet nodes are eliminated and carry no equation; inactive nodes (for example zero-aperture contact
+spots of a fracture) are removed from the graph altogether.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from flowlearn.darcy.assembly import SystemLayout
+from flowlearn.errors import DisconnectedRegionError, ProblemError
+from flowlearn.grid import Grid
+
+_MAX_LISTED_REGIONS = 5
+
+
+class DarcyProblem:
+    """Boundary conditions, sources and active nodes of a steady Darcy solve on ``grid``.
+
+    All arrays are in image layout, i.e. shaped like ``grid.shape``: (H, W) or (D, H, W).
+
+    Args:
+        grid: The grid.
+        dirichlet: bool array, True where the head is fixed.
+        dirichlet_values: Head at the Dirichlet nodes, metres (values elsewhere are ignored); a scalar broadcasts.
+        sources: Volumetric source Q at each node, m^3/s, positive = injection; default none.
+        active: bool array, False where a node carries no equation (a contact spot); default all active.
+        drop_unconnected: Make active regions with no path to a Dirichlet node inactive instead of raising
+            :class:`DisconnectedRegionError`.
+
+    Raises:
+        ProblemError: for a wrong shape, non-finite values or no active Dirichlet node.
+        DisconnectedRegionError: for active regions with no path to a Dirichlet node (unless dropped).
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        dirichlet: np.ndarray,
+        dirichlet_values: np.ndarray | float,
+        sources: np.ndarray | None = None,
+        active: np.ndarray | None = None,
+        drop_unconnected: bool = False,
+    ) -> None:
+        self.grid = grid
+        shape = grid.shape
+        self.active = _image_field(active, shape, "active", bool, default=True)
+        self.dirichlet = _image_field(dirichlet, shape, "dirichlet", bool, default=False) & self.active
+        self.dirichlet_values = _image_field(dirichlet_values, shape, "dirichlet_values", np.float64, default=0.0)
+        self.sources = _image_field(sources, shape, "sources", np.float64, default=0.0)
+        _require_finite(self.dirichlet_values, self.dirichlet, "dirichlet_values", grid)
+        _require_finite(self.sources, self.active, "sources", grid)
+        if not self.dirichlet.any():
+            raise ProblemError(
+                "the problem has no active Dirichlet node, so the pressure is only defined up to a constant: "
+                "fix the head somewhere (dirichlet mask), and check that the fixed nodes are active"
+            )
+        self.dropped = self._unconnected_nodes()
+        if self.dropped.any():
+            if not drop_unconnected:
+                raise DisconnectedRegionError(self._describe_unconnected())
+            self.active = self.active & ~self.dropped
+
+    @classmethod
+    def fracture(
+        cls,
+        shape: tuple[int, int],
+        inlet: float = 2.0,
+        outlet: float = 1.0,
+        active: np.ndarray | None = None,
+        pixel_size: float = 1e-4,
+        thickness: float = 0.01,
+        drop_unconnected: bool = False,
+    ) -> DarcyProblem:
+        """The original fracture setup: flow along x, head ``inlet`` on column 0 and ``outlet`` on the last
+        column (corners included), no-flow top and bottom rows, no sources.
+
+        ``shape`` is the image shape (H, W); the grid spans ``[0, W*pixel_size] x [0, H*pixel_size]`` metres
+        with one node per pixel and out-of-plane ``thickness`` (metres).
+        """
+        grid = Grid.from_image(shape, spacing=pixel_size, thickness=thickness)
+        dirichlet = np.zeros(shape, dtype=bool)
+        dirichlet[:, 0] = dirichlet[:, -1] = True
+        values = np.zeros(shape)
+        values[:, 0], values[:, -1] = inlet, outlet
+        return cls(grid, dirichlet, values, active=active, drop_unconnected=drop_unconnected)
+
+    @cached_property
+    def free(self) -> np.ndarray:
+        """bool array, image layout: the nodes whose head is solved for."""
+        return self.active & ~self.dirichlet
+
+    @cached_property
+    def layout(self) -> SystemLayout:
+        """Sparsity pattern and index maps of the linear system, built once per problem."""
+        return SystemLayout(self)
+
+    def _active_graph_components(self) -> tuple[int, np.ndarray]:
+        """Connected components of the graph of active nodes; labels in node order."""
+        grid = self.grid
+        active = grid.to_nodes(self.active)
+        a, b = grid.edges.T
+        keep = active[a] & active[b]
+        n = grid.num_nodes
+        graph = sp.coo_matrix((np.ones(int(keep.sum())), (a[keep], b[keep])), shape=(n, n))
+        return connected_components(graph, directed=False)
+
+    def _unconnected_nodes(self) -> np.ndarray:
+        """bool array, image layout: active nodes in a region that contains no Dirichlet node."""
+        _, labels = self._active_graph_components()
+        active = self.grid.to_nodes(self.active)
+        fixed_labels = np.unique(labels[self.grid.to_nodes(self.dirichlet)])
+        unconnected = active & ~np.isin(labels, fixed_labels)
+        return self.grid.to_image(unconnected)
+
+    def _describe_unconnected(self) -> str:
+        grid = self.grid
+        _, labels = self._active_graph_components()
+        dropped = grid.to_nodes(self.dropped)
+        region_labels, sizes = np.unique(labels[dropped], return_counts=True)
+        lines = []
+        axes = ("depth", "row", "col")[-grid.dim :]
+        for label, size in list(zip(region_labels, sizes))[:_MAX_LISTED_REGIONS]:
+            pixels = np.array([grid.pixel(n) for n in np.flatnonzero(labels == label)])
+            lo, hi = pixels.min(axis=0), pixels.max(axis=0)
+            box = ", ".join(f"{name}s {lo[i]}-{hi[i]}" for i, name in enumerate(axes))
+            first = ", ".join(f"{name} {pixels[0][i]}" for i, name in enumerate(axes))
+            lines.append(f"  {size} node(s) at ({first}), within {box}")
+        more = len(region_labels) - _MAX_LISTED_REGIONS
+        if more > 0:
+            lines.append(f"  ... and {more} more region(s)")
+        return (
+            f"{len(region_labels)} active region(s) ({int(sizes.sum())} node(s) in all) have no path to any "
+            f"Dirichlet node, so their pressure is undefined:\n" + "\n".join(lines) + "\n"
+            "Mark them inactive, or pass drop_unconnected=True to drop them."
+        )
+
+
+def _image_field(value, shape: tuple[int, ...], name: str, dtype, default) -> np.ndarray:
+    if value is None:
+        return np.full(shape, default, dtype=dtype)
+    array = np.asarray(value)
+    if array.ndim == 0:
+        return np.full(shape, array, dtype=dtype)
+    if array.shape != tuple(shape):
+        raise ProblemError(f"{name} has shape {array.shape}, but the grid's image shape is {tuple(shape)}")
+    if dtype is bool and array.dtype != bool:
+        raise ProblemError(f"{name} must be a boolean mask, got dtype {array.dtype}")
+    return np.array(array, dtype=dtype)
+
+
+def _require_finite(values: np.ndarray, where: np.ndarray, name: str, grid: Grid) -> None:
+    bad = where & ~np.isfinite(values)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ProblemError(f"{name} has {int(bad.sum())} non-finite value(s), the first at pixel {first}")

@@ -1,0 +1,221 @@
+"""The differentiable steady pressure solve ``p = solve_pressure(logK, problem)``.
+
+Forward: assemble ``A(K) h_f = Q_f + (Dirichlet inflow)`` and solve it (see :mod:`flowlearn.darcy.assembly`).
+
+Reverse mode (adjoint). With the residual r_i = sum_e T_e (h_i - h_j) - Q_i of each free node and a loss
+gradient g = dL/dp, one adjoint solve A lam = g_f -- the same SPD matrix, so the forward factor serves -- gives
+
+    dL/dT_e   = -(lam_a - lam_b) (h_a - h_b)          (lam = 0 on Dirichlet nodes)
+    dL/dlogK  = sum over edges at the node of dL/dT_e * T_e / 2
+    dL/dQ     = lam                                   (free nodes)
+    dL/dh_D   = g_D - (L lam)_D                       (Dirichlet nodes; L = the graph Laplacian with weights T)
+
+Forward mode. The tangent solves A dh_f = dQ_f - (dL h)_f with dT_e = T_e (dlogK_a + dlogK_b) / 2 and the
+tangent Dirichlet values dh_D.
+
+The adjoint solve is a pressure solve itself (sources g, zero heads), and the tangent is one with sources
+dQ - dL h and heads dh_D. Both rules are therefore written with this op plus torch operations, which makes them
+differentiable again: double backward, ``hessian``, ``jacfwd``, ``jacrev`` and ``vmap(grad)`` all work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from flowlearn.darcy.problem import DarcyProblem
+from flowlearn.errors import SolveInputError
+from flowlearn.linalg.reuse import SparseSolver
+
+_DEFAULT_SOLVERS: dict[str, SparseSolver] = {}
+
+
+def get_solver(solver: str | SparseSolver | None = None) -> SparseSolver:
+    """A :class:`SparseSolver` for ``solver``; names map to one shared instance each, so caches persist."""
+    if isinstance(solver, SparseSolver):
+        return solver
+    name = "auto" if solver is None else solver
+    if name not in _DEFAULT_SOLVERS:
+        _DEFAULT_SOLVERS[name] = SparseSolver(name)
+    return _DEFAULT_SOLVERS[name]
+
+
+def solve_pressure(
+    log_k: torch.Tensor,
+    problem: DarcyProblem,
+    dirichlet_values: torch.Tensor | None = None,
+    sources: torch.Tensor | None = None,
+    solver: str | SparseSolver | None = None,
+) -> torch.Tensor:
+    """Steady Darcy pressure (head) at every node, differentiable in ``log_k``, ``dirichlet_values`` and ``sources``.
+
+    Args:
+        log_k: Natural log of the node conductivity K (m/s), image layout, float32 or float64:
+            ``problem.grid.shape`` or ``(B, *problem.grid.shape)``. Values at inactive nodes are ignored (they may
+            be -inf), all others must be finite.
+        problem: Grid, Dirichlet nodes, sources and active nodes.
+        dirichlet_values: Heads (m) at the Dirichlet nodes, broadcastable to ``log_k``; default the problem's.
+        sources: Sources Q (m^3/s, positive = injection), broadcastable to ``log_k``; default the problem's.
+        solver: Backend name (``"auto"``, ``"cholmod"``, ``"superlu"``, ``"amg"``) or a configured
+            :class:`~flowlearn.linalg.reuse.SparseSolver`.
+
+    Returns:
+        float64 tensor shaped like ``log_k``: the solved head at free nodes, the Dirichlet value at Dirichlet nodes
+        and NaN at inactive nodes (they carry no equation; mask them with ``problem.active``).
+
+    Raises:
+        SolveInputError: wrong shape, dtype or device, or non-finite values at active nodes.
+        ConvergenceError: an iterative solve missed its tolerance.
+    """
+    grid_shape = problem.grid.shape
+    if not isinstance(log_k, torch.Tensor):
+        raise SolveInputError(f"log_k must be a torch.Tensor, got {type(log_k).__name__}")
+    unbatched = tuple(log_k.shape) == grid_shape
+    if not unbatched and tuple(log_k.shape[1:]) != grid_shape:
+        raise SolveInputError(
+            f"log_k has shape {tuple(log_k.shape)}, but the problem's grid needs {grid_shape} or "
+            f"(batch, {', '.join(map(str, grid_shape))})"
+        )
+    if unbatched:
+        log_k = log_k.unsqueeze(0)
+    log_k = _as_float64(log_k, "log_k", log_k.device)
+    heads = _field(dirichlet_values, problem.dirichlet_values, "dirichlet_values", log_k)
+    flows = _field(sources, problem.sources, "sources", log_k)
+    if log_k.device.type != "cpu":
+        raise SolveInputError(
+            f"log_k is on device {log_k.device}, but the sparse solvers run on the CPU; move it with .cpu()"
+        )
+    pressure = PressureSolve.apply(log_k, heads, flows, _Call(problem, get_solver(solver), "state"))
+    return pressure.squeeze(0) if unbatched else pressure
+
+
+class _Call:
+    """The non-tensor arguments of one op application: problem, solver and the role of the rhs (warm starts)."""
+
+    def __init__(self, problem: DarcyProblem, solver: SparseSolver, role: str) -> None:
+        self.problem, self.solver, self.role = problem, solver, role
+
+    def with_role(self, role: str) -> _Call:
+        return _Call(self.problem, self.solver, role)
+
+
+class PressureSolve(torch.autograd.Function):
+    """``p = solve(logK, h_D, Q)`` on image-layout float64 tensors (B, *shape); see the module docstring."""
+
+    @staticmethod
+    def forward(log_k: torch.Tensor, heads: torch.Tensor, flows: torch.Tensor, call: _Call) -> torch.Tensor:
+        problem = call.problem
+        grid, layout = problem.grid, problem.layout
+        nodes = [grid.to_nodes(x.detach()).cpu().numpy() for x in (log_k, heads, flows)]
+        log_k_nodes, head_nodes, flow_nodes = nodes
+        _check_finite(log_k_nodes, layout.active_mask, "log_k", problem)
+        _check_finite(head_nodes, layout.fixed_mask, "dirichlet_values", problem)
+        _check_finite(flow_nodes, layout.active_mask, "sources", problem)
+        transmissibility = layout.transmissibilities(log_k_nodes)
+        pressure = np.where(layout.active_mask, head_nodes, np.nan)
+        for slot in range(log_k_nodes.shape[0]):
+            matrix = layout.matrix(transmissibility[slot])
+            rhs = layout.rhs(transmissibility[slot], head_nodes[slot], flow_nodes[slot])
+            pressure[slot, layout.free_nodes] = call.solver.solve(layout, slot, call.role, matrix, rhs)
+        return grid.to_image(torch.from_numpy(pressure)).contiguous().to(log_k.device)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        log_k, heads, _, call = inputs
+        ctx.call = call
+        ctx.save_for_backward(log_k, heads, output)
+        ctx.save_for_forward(log_k, output)
+
+    @staticmethod
+    def backward(ctx, grad_pressure: torch.Tensor):
+        log_k, heads, pressure = ctx.saved_tensors
+        call = ctx.call
+        problem = call.problem
+        node_a, node_b, aol, free, fixed, _ = problem.layout.torch_tensors(log_k.device)
+        grid = problem.grid
+        # The adjoint system is the forward system with sources g and zero heads.
+        grad = torch.where(torch.isnan(pressure), 0.0, grad_pressure)
+        adjoint = PressureSolve.apply(log_k, torch.zeros_like(heads), grad, call.with_role("adjoint"))
+        lam = torch.where(free, grid.to_nodes(adjoint), 0.0)
+        h = grid.to_nodes(pressure)
+        u = grid.to_nodes(log_k)
+        t = aol * torch.exp(0.5 * (u[:, node_a] + u[:, node_b]))
+        lam_diff = lam[:, node_a] - lam[:, node_b]
+        dloss_dt = -lam_diff * (h[:, node_a] - h[:, node_b])
+        grad_log_k = _scatter_edges(0.5 * dloss_dt * t, node_a, node_b, u)
+        grad_sources = grid.to_image(lam)
+        # (L lam) at the Dirichlet end b of a free-Dirichlet edge is T_e (lam_b - lam_a) = -T_e lam_a.
+        laplacian_lam = _scatter_edges(t * lam_diff, node_a, node_b, u, sign=-1.0)
+        grad_heads = torch.where(fixed, grid.to_nodes(grad) - laplacian_lam, 0.0)
+        return grid.to_image(grad_log_k), grid.to_image(grad_heads), grad_sources, None
+
+    @staticmethod
+    def jvp(ctx, d_log_k: torch.Tensor, d_heads: torch.Tensor, d_flows: torch.Tensor, _: None) -> torch.Tensor:
+        log_k, pressure = ctx.saved_tensors
+        call = ctx.call
+        problem = call.problem
+        node_a, node_b, aol, _, _, active = problem.layout.torch_tensors(log_k.device)
+        grid = problem.grid
+        d_log_k, d_heads, d_flows = (torch.zeros_like(log_k) if d is None else d for d in (d_log_k, d_heads, d_flows))
+        u, h, du = grid.to_nodes(log_k), grid.to_nodes(pressure), grid.to_nodes(d_log_k)
+        t = aol * torch.exp(0.5 * (u[:, node_a] + u[:, node_b]))
+        dt = 0.5 * t * (du[:, node_a] + du[:, node_b])
+        flux_change = _scatter_edges(dt * (h[:, node_a] - h[:, node_b]), node_a, node_b, u, sign=-1.0)
+        tangent = PressureSolve.apply(
+            log_k, d_heads, d_flows - grid.to_image(flux_change), call.with_role("tangent")
+        )
+        return torch.where(grid.to_image(active), tangent, 0.0)
+
+    @staticmethod
+    def vmap(info, in_dims, log_k, heads, flows, call):
+        # The op is batched natively: fold the vmapped dimension into the batch dimension.
+        size = info.batch_size
+        args = []
+        for x, dim in zip((log_k, heads, flows), in_dims[:3]):
+            x = x.unsqueeze(0).expand(size, *x.shape) if dim is None else x.movedim(dim, 0)
+            args.append(x.reshape(size * x.shape[1], *x.shape[2:]))
+        pressure = PressureSolve.apply(*args, call)
+        return pressure.reshape(size, -1, *pressure.shape[1:]), 0
+
+
+def _scatter_edges(
+    values: torch.Tensor, node_a: torch.Tensor, node_b: torch.Tensor, like: torch.Tensor, sign: float = 1.0
+) -> torch.Tensor:
+    """Node sums of edge values (B, E): ``+values`` at node_a and ``sign*values`` at node_b, shaped like ``like``."""
+    out = torch.zeros_like(like)
+    out = out.index_add(1, node_a, values)
+    return out.index_add(1, node_b, sign * values)
+
+
+def _as_float64(x: torch.Tensor, name: str, device: torch.device) -> torch.Tensor:
+    if not (x.is_floating_point() and x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)):
+        raise SolveInputError(f"{name} must be a real floating-point tensor, got dtype {x.dtype}")
+    if x.device != device:
+        raise SolveInputError(f"{name} is on device {x.device} but log_k is on {device}; put them on one device")
+    return x.to(torch.float64)
+
+
+def _field(value: torch.Tensor | None, default: np.ndarray, name: str, like: torch.Tensor) -> torch.Tensor:
+    if value is None:
+        return torch.from_numpy(default).to(like.device).expand_as(like)
+    if not isinstance(value, torch.Tensor):
+        value = torch.as_tensor(value, dtype=torch.float64, device=like.device)
+    value = _as_float64(value, name, like.device)
+    try:
+        return value.expand_as(like)
+    except RuntimeError:
+        raise SolveInputError(
+            f"{name} has shape {tuple(value.shape)}, which does not broadcast to log_k's {tuple(like.shape)}"
+        ) from None
+
+
+def _check_finite(values: np.ndarray, where: np.ndarray, name: str, problem: DarcyProblem) -> None:
+    bad = ~np.isfinite(values) & where
+    if bad.any():
+        count = int(bad.sum())
+        sample, node = (int(i) for i in np.argwhere(bad)[0])
+        kinds = f"{int(np.isnan(values[bad]).sum())} NaN, {int(np.isinf(values[bad]).sum())} inf"
+        raise SolveInputError(
+            f"{name} has {count} non-finite value(s) at active nodes ({kinds}); the first is in batch item "
+            f"{sample} at pixel {problem.grid.pixel(node)}"
+        )

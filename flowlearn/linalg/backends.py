@@ -1,0 +1,149 @@
+"""Factorisation providers for sparse symmetric positive definite matrices, behind one small interface.
+
+A backend turns a matrix into a :class:`Factor` whose ``apply`` approximates ``A^{-1}``: exactly for the direct
+backends (CHOLMOD, SuperLU), as one multigrid V-cycle for AMG. The caller decides whether to use a factor directly
+or as a preconditioner (see :mod:`flowlearn.linalg.reuse`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+
+class Factor(ABC):
+    """An (approximate) inverse of one matrix.
+
+    ``exact`` is True when ``apply`` solves with that matrix to round-off.
+    """
+
+    exact: bool
+
+    @abstractmethod
+    def apply(self, rhs: np.ndarray) -> np.ndarray:
+        """Return ``A^{-1} rhs`` (or its approximation) for rhs float64 (n,)."""
+
+
+class Backend(ABC):
+    """A factorisation method. ``analyze`` runs once per sparsity pattern; ``factorize`` once per matrix."""
+
+    name: str
+    exact: bool
+
+    def analyze(self, matrix: sp.csc_matrix) -> Any:
+        """Symbolic analysis reused for every matrix with this pattern (None when the method has none)."""
+        return None
+
+    @abstractmethod
+    def factorize(self, matrix: sp.csc_matrix, symbolic: Any) -> Factor:
+        """Factor ``matrix`` (SPD, CSC, float64), reusing ``symbolic`` from :meth:`analyze`."""
+
+
+class _CholmodFactor(Factor):
+    exact = True
+
+    def __init__(self, factor: Any) -> None:
+        self._factor = factor
+
+    def apply(self, rhs: np.ndarray) -> np.ndarray:
+        return self._factor(rhs)
+
+
+class CholmodBackend(Backend):
+    """Supernodal sparse Cholesky from SuiteSparse CHOLMOD (scikit-sparse 0.4.16).
+
+    The fill-reducing ordering and the supernodal structure are computed once per pattern.
+    """
+
+    name = "cholmod"
+    exact = True
+
+    def __init__(self) -> None:
+        from sksparse import cholmod
+
+        self._cholmod = cholmod
+
+    def analyze(self, matrix: sp.csc_matrix) -> Any:
+        return self._cholmod.analyze(matrix, mode="auto")
+
+    def factorize(self, matrix: sp.csc_matrix, symbolic: Any) -> Factor:
+        return _CholmodFactor(symbolic.cholesky(matrix))
+
+
+class _SuperLUFactor(Factor):
+    exact = True
+
+    def __init__(self, lu: spla.SuperLU) -> None:
+        self._lu = lu
+
+    def apply(self, rhs: np.ndarray) -> np.ndarray:
+        return self._lu.solve(rhs)
+
+
+class SuperLUBackend(Backend):
+    """scipy's SuperLU, the fallback when CHOLMOD is not installed (LU, so about twice the work)."""
+
+    name = "superlu"
+    exact = True
+
+    def factorize(self, matrix: sp.csc_matrix, symbolic: Any) -> Factor:
+        # A symmetric ordering and no pivoting suit an SPD matrix; the defaults (COLAMD, partial pivoting) do not.
+        lu = spla.splu(
+            matrix, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True}
+        )
+        return _SuperLUFactor(lu)
+
+
+class _AMGFactor(Factor):
+    exact = False
+
+    def __init__(self, hierarchy: Any) -> None:
+        self._cycle = hierarchy.aspreconditioner(cycle="V")
+
+    def apply(self, rhs: np.ndarray) -> np.ndarray:
+        return self._cycle.matvec(rhs)
+
+
+class AMGBackend(Backend):
+    """Smoothed-aggregation algebraic multigrid (pyamg), used as a CG preconditioner.
+
+    Memory grows linearly with the grid, so it is the path for grids whose Cholesky factor does not fit.
+    """
+
+    name = "amg"
+    exact = False
+
+    def factorize(self, matrix: sp.csc_matrix, symbolic: Any) -> Factor:
+        import pyamg
+
+        return _AMGFactor(pyamg.smoothed_aggregation_solver(matrix.tocsr(), symmetry="symmetric"))
+
+
+BACKENDS: dict[str, type[Backend]] = {
+    "cholmod": CholmodBackend,
+    "superlu": SuperLUBackend,
+    "amg": AMGBackend,
+}
+
+
+def cholmod_available() -> bool:
+    return importlib.util.find_spec("sksparse") is not None
+
+
+def make_backend(name: str) -> Backend:
+    """Instantiate a backend by name; ``"auto"`` is CHOLMOD when installed, else SuperLU."""
+    if name == "auto":
+        name = "cholmod" if cholmod_available() else "superlu"
+    if name not in BACKENDS:
+        raise ValueError(f"unknown linear-solver backend {name!r}; choose one of {['auto', *BACKENDS]}")
+    if name == "cholmod" and not cholmod_available():
+        raise ValueError(
+            "backend 'cholmod' needs scikit-sparse: apt-get install libsuitesparse-dev libopenblas-dev, then "
+            "pip install 'flowlearn[cholmod]' (or choose backend 'superlu')"
+        )
+    return BACKENDS[name]()
