@@ -1,0 +1,425 @@
+"""The HDF5 layouts of fracture datasets: read, validate and write (atomically).
+
+flowlearn layout (``layout="flowlearn"``)::
+
+    /                      attrs: schema = "flowlearn-fractures", schema_version = 1
+    /<name>/               one group per fracture; attrs:
+                             voxel_size       float, metres per voxel (cubic voxels), or NaN when unknown
+                             inlet_pressure   float, pressure (head) imposed on the inlet face
+                             outlet_pressure  float, pressure (head) imposed on the outlet face
+                             flow_axis        "x" (array axis -1), "y" (axis -2) or "z" (axis -3, 3D only);
+                                              the inlet is index 0 along it, the outlet the last index
+                             provenance       JSON object: generator parameters, LBM settings, seed, versions
+    /<name>/aperture       float (H, W) or (D, H, W), metres; 0 marks a contact spot (inactive cell)
+    /<name>/pressure       float, same shape, in the units of inlet/outlet_pressure
+    /<name>/mask           optional bool, same shape; False marks further inactive cells
+
+Original layout (``layout="original"``), as written by the LBM workflow of the original work::
+
+    /<name>/aperture_field   float (1, 1, H, W)
+    /<name>/pressure_field   float (1, 1, H, W), inlet (column 0) at 2, outlet (last column) at 1
+
+It carries no attributes; reading it assumes inlet 2, outlet 1, flow along x and an unknown voxel size.
+
+Every violation raises :class:`DataValidationError` (a ``ValueError``) that names file, group and field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import h5py
+import numpy as np
+
+SCHEMA_NAME = "flowlearn-fractures"
+SCHEMA_VERSION = 1
+FLOW_AXES = {"x": -1, "y": -2, "z": -3}
+REQUIRED_ATTRS = ("voxel_size", "inlet_pressure", "outlet_pressure", "flow_axis")
+FLOWLEARN_FIELDS = ("aperture", "pressure")
+OPTIONAL_FIELDS = ("mask",)
+ORIGINAL_FIELDS = ("aperture_field", "pressure_field")
+# Tolerance on the boundary columns, as a fraction of |inlet - outlet|. LBM pressure is not exactly uniform
+# across a rough inlet face (the shared original file deviates by up to 0.3%), so a column is judged by its
+# mean over active cells.
+BOUNDARY_TOLERANCE = 0.01
+
+Layout = Literal["flowlearn", "original"]
+
+
+class DataValidationError(ValueError):
+    """A fracture file, group or field that violates the schema. The message names file, group and field."""
+
+
+@dataclass(frozen=True)
+class Fracture:
+    """One fracture: an aperture map and the reference pressure on it.
+
+    Attributes:
+        name: group name in the file.
+        aperture: float array (H, W) or (D, H, W), metres (or the source's unit when ``voxel_size`` is NaN);
+            zero marks a contact spot.
+        pressure: float array of the same shape; values at inactive cells carry no information.
+        mask: optional bool array of the same shape; False marks cells inactive beyond the contact spots.
+        voxel_size: metres per voxel, NaN when unknown.
+        inlet_pressure, outlet_pressure: pressures imposed at index 0 and at the last index of ``flow_axis``.
+        flow_axis: "x" (array axis -1), "y" (-2) or "z" (-3).
+        provenance: JSON-serialisable description of how the data was made.
+    """
+
+    name: str
+    aperture: np.ndarray
+    pressure: np.ndarray
+    mask: np.ndarray | None = None
+    voxel_size: float = math.nan
+    inlet_pressure: float = 2.0
+    outlet_pressure: float = 1.0
+    flow_axis: str = "x"
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.aperture.shape)
+
+    @property
+    def active(self) -> np.ndarray:
+        """Bool array shaped like ``aperture``: cells that carry flow (aperture > 0 and inside ``mask``)."""
+        active = self.aperture > 0
+        if self.mask is not None:
+            active &= self.mask.astype(bool)
+        return active
+
+
+@dataclass(frozen=True)
+class FractureInfo:
+    """What a reader needs to plan batches without loading arrays: group name and array shape."""
+
+    name: str
+    shape: tuple[int, ...]
+
+
+def _where(path: str | os.PathLike, group: str | None = None, name: str | None = None) -> str:
+    where = f"{os.fspath(path)}"
+    if group is not None:
+        where += f": group '{group}'"
+    if name is not None:
+        where += f": field '{name}'"
+    return where
+
+
+def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") -> None:
+    """Check one fracture against the schema; raise :class:`DataValidationError` on the first violation.
+
+    Checks: 2D or 3D shape, equal shapes of aperture, pressure and mask, finite values, non-negative aperture,
+    a known flow axis, and boundary faces whose mean pressure over active cells matches the declared inlet and
+    outlet within ``BOUNDARY_TOLERANCE`` of their difference. Zero apertures are inactive cells, not errors.
+    """
+    g = fracture.name
+    ap, p = fracture.aperture, fracture.pressure
+    if ap.ndim not in (2, 3):
+        raise DataValidationError(f"{_where(path, g, 'aperture')}: expected 2D or 3D, got shape {ap.shape}")
+    if p.shape != ap.shape:
+        raise DataValidationError(
+            f"{_where(path, g, 'pressure')}: shape {p.shape} does not match aperture shape {ap.shape}"
+        )
+    if fracture.mask is not None and fracture.mask.shape != ap.shape:
+        raise DataValidationError(
+            f"{_where(path, g, 'mask')}: shape {fracture.mask.shape} does not match aperture shape {ap.shape}"
+        )
+    for fname, arr in (("aperture", ap), ("pressure", p)):
+        if not np.issubdtype(arr.dtype, np.floating):
+            raise DataValidationError(f"{_where(path, g, fname)}: expected a float dtype, got {arr.dtype}")
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise DataValidationError(
+                f"{_where(path, g, fname)}: {int(bad.sum())} non-finite values (NaN or inf), first at {first}"
+            )
+    if (ap < 0).any():
+        first = tuple(int(i) for i in np.argwhere(ap < 0)[0])
+        raise DataValidationError(
+            f"{_where(path, g, 'aperture')}: {int((ap < 0).sum())} negative apertures "
+            f"(min {float(ap.min()):.6g}), first at {first}"
+        )
+    if fracture.flow_axis not in FLOW_AXES or -FLOW_AXES[fracture.flow_axis] > ap.ndim:
+        raise DataValidationError(
+            f"{_where(path, g)}: attribute 'flow_axis' is {fracture.flow_axis!r}; "
+            f"expected one of {sorted(FLOW_AXES)} that exists for a {ap.ndim}D array"
+        )
+    _check_boundaries(fracture, path)
+
+
+def _check_boundaries(fracture: Fracture, path: str | os.PathLike) -> None:
+    axis = FLOW_AXES[fracture.flow_axis]
+    drop = abs(fracture.inlet_pressure - fracture.outlet_pressure)
+    if drop == 0:
+        raise DataValidationError(f"{_where(path, fracture.name)}: inlet_pressure equals outlet_pressure")
+    active = fracture.active
+    for side, index, declared in (
+        ("inlet", 0, fracture.inlet_pressure),
+        ("outlet", -1, fracture.outlet_pressure),
+    ):
+        face = np.take(fracture.pressure, index, axis=axis)
+        face_active = np.take(active, index, axis=axis)
+        if not face_active.any():
+            raise DataValidationError(
+                f"{_where(path, fracture.name, 'aperture')}: the {side} face (flow_axis "
+                f"{fracture.flow_axis}, index {index}) has no active cell"
+            )
+        mean = float(face[face_active].mean())
+        if abs(mean - declared) > BOUNDARY_TOLERANCE * drop:
+            raise DataValidationError(
+                f"{_where(path, fracture.name, 'pressure')}: {side} face (flow_axis {fracture.flow_axis}, "
+                f"index {index}) has mean {mean:.6g}, inconsistent with declared {side}_pressure "
+                f"{declared:.6g} (tolerance {BOUNDARY_TOLERANCE:g} x |inlet - outlet|)"
+            )
+
+
+@contextlib.contextmanager
+def _open(path: str | os.PathLike) -> Iterator[h5py.File]:
+    """Open read-only, turning the ways a file can fail to be HDF5 into clear validation errors."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such file")
+    if p.stat().st_size == 0:
+        raise DataValidationError(f"{p}: empty file (0 bytes), not an HDF5 fracture file")
+    if not h5py.is_hdf5(p):
+        raise DataValidationError(f"{p}: not an HDF5 file (no HDF5 signature)")
+    try:
+        f = h5py.File(p, "r")
+    except OSError as err:
+        raise DataValidationError(f"{p}: truncated or corrupt HDF5 file ({err})") from err
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def _read_dataset(path: str | os.PathLike, group: str, obj: h5py.Group, name: str) -> np.ndarray:
+    try:
+        return obj[name][()]
+    except (OSError, KeyError, RuntimeError) as err:
+        raise DataValidationError(
+            f"{_where(path, group, name)}: cannot be read (truncated or corrupt file?): {err}"
+        ) from err
+
+
+def detect_layout(f: h5py.File, path: str | os.PathLike) -> Layout:
+    """Return "flowlearn" when the root carries the schema attribute, "original" when every group holds
+    ``aperture_field``; raise :class:`DataValidationError` otherwise."""
+    if f.attrs.get("schema") == SCHEMA_NAME:
+        version = int(f.attrs.get("schema_version", -1))
+        if version != SCHEMA_VERSION:
+            raise DataValidationError(
+                f"{_where(path)}: schema_version {version} is not supported (expected {SCHEMA_VERSION})"
+            )
+        return "flowlearn"
+    if len(f) == 0:
+        raise DataValidationError(f"{_where(path)}: contains no fracture groups")
+    if all(isinstance(obj, h5py.Group) and "aperture_field" in obj for obj in f.values()):
+        return "original"
+    raise DataValidationError(
+        f"{_where(path)}: neither the flowlearn layout (root attribute schema={SCHEMA_NAME!r}) nor the "
+        f"original layout (every group holding 'aperture_field' and 'pressure_field')"
+    )
+
+
+def _group_names(f: h5py.File, path: str | os.PathLike) -> list[str]:
+    names = []
+    for name, obj in f.items():
+        if not isinstance(obj, h5py.Group):
+            raise DataValidationError(
+                f"{_where(path)}: unexpected top-level dataset '{name}' (only fracture groups are allowed)"
+            )
+        names.append(name)
+    if not names:
+        raise DataValidationError(f"{_where(path)}: contains no fracture groups")
+    return sorted(names)
+
+
+def _check_members(path: str | os.PathLike, name: str, g: h5py.Group, required: Sequence[str]) -> None:
+    allowed = set(required) | (set(OPTIONAL_FIELDS) if required == FLOWLEARN_FIELDS else set())
+    for member in required:
+        if member not in g:
+            raise DataValidationError(f"{_where(path, name, member)}: missing field")
+    for member, obj in g.items():
+        if member not in allowed:
+            raise DataValidationError(
+                f"{_where(path, name, member)}: unexpected field (allowed: {', '.join(sorted(allowed))})"
+            )
+        if not isinstance(obj, h5py.Dataset):
+            raise DataValidationError(f"{_where(path, name, member)}: expected a dataset, found a group")
+
+
+def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout) -> Fracture:
+    if name not in f:
+        raise DataValidationError(f"{_where(path, name)}: no such group (groups: {', '.join(sorted(f))})")
+    g = f[name]
+    if not isinstance(g, h5py.Group):
+        raise DataValidationError(f"{_where(path, name)}: expected a group, found a dataset")
+    if layout == "original":
+        _check_members(path, name, g, ORIGINAL_FIELDS)
+        arrays = {}
+        for fname in ORIGINAL_FIELDS:
+            arr = _read_dataset(path, name, g, fname)
+            if arr.ndim != 4 or arr.shape[:2] != (1, 1):
+                raise DataValidationError(
+                    f"{_where(path, name, fname)}: expected shape (1, 1, H, W), got {arr.shape}"
+                )
+            arrays[fname] = arr[0, 0]
+        if arrays["pressure_field"].shape != arrays["aperture_field"].shape:
+            raise DataValidationError(
+                f"{_where(path, name, 'pressure_field')}: shape {arrays['pressure_field'].shape} does not "
+                f"match aperture_field shape {arrays['aperture_field'].shape}"
+            )
+        return Fracture(name=name, aperture=arrays["aperture_field"], pressure=arrays["pressure_field"])
+    _check_members(path, name, g, FLOWLEARN_FIELDS)
+    for attr in REQUIRED_ATTRS:
+        if attr not in g.attrs:
+            raise DataValidationError(f"{_where(path, name)}: missing attribute '{attr}'")
+    mask = _read_dataset(path, name, g, "mask").astype(bool) if "mask" in g else None
+    flow_axis = g.attrs["flow_axis"]
+    return Fracture(
+        name=name,
+        aperture=_read_dataset(path, name, g, "aperture"),
+        pressure=_read_dataset(path, name, g, "pressure"),
+        mask=mask,
+        voxel_size=float(g.attrs["voxel_size"]),
+        inlet_pressure=float(g.attrs["inlet_pressure"]),
+        outlet_pressure=float(g.attrs["outlet_pressure"]),
+        flow_axis=flow_axis.decode() if isinstance(flow_axis, bytes) else str(flow_axis),
+        provenance=json.loads(g.attrs.get("provenance", "{}")),
+    )
+
+
+def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
+    """Names and shapes of the fractures in a file of either layout, sorted by name, without loading arrays.
+
+    Shapes are the per-fracture array shapes, (H, W) or (D, H, W) (the leading (1, 1) of the original layout
+    dropped).
+    """
+    with _open(path) as f:
+        layout = detect_layout(f, path)
+        infos = []
+        for name in _group_names(f, path):
+            g = f[name]
+            key = "aperture" if layout == "flowlearn" else "aperture_field"
+            if key not in g:
+                raise DataValidationError(f"{_where(path, name, key)}: missing field")
+            shape = tuple(g[key].shape)
+            infos.append(FractureInfo(name, shape[2:] if layout == "original" else shape))
+        return infos
+
+
+def read_fracture(path: str | os.PathLike, name: str, validate: bool = True) -> Fracture:
+    """Read the group ``name`` from a file of either layout; validate it unless ``validate`` is False."""
+    with _open(path) as f:
+        fracture = _read_group(path, f, name, detect_layout(f, path))
+    if validate:
+        validate_fracture(fracture, path)
+    return fracture
+
+
+def read_fractures(path: str | os.PathLike, validate: bool = True) -> list[Fracture]:
+    """Read every fracture of a file of either layout, sorted by group name."""
+    with _open(path) as f:
+        layout = detect_layout(f, path)
+        fractures = [_read_group(path, f, name, layout) for name in _group_names(f, path)]
+    if validate:
+        for fracture in fractures:
+            validate_fracture(fracture, path)
+    return fractures
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success fsync it and rename it onto ``path``.
+
+    The rename is atomic on POSIX, so readers see either the old file or the complete new one, and a writer
+    killed part-way leaves at most a stray ``.<name>.*.tmp`` file, never a half-written ``path``.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    # The rename itself is durable only once the directory entry is on disk.
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_fractures(
+    path: str | os.PathLike, fractures: Sequence[Fracture], layout: Layout = "flowlearn"
+) -> None:
+    """Validate ``fractures`` and write them atomically to ``path`` in the given layout.
+
+    The original layout stores only 2D aperture and pressure as (1, 1, H, W) float32 and drops mask and
+    attributes; it requires inlet 2 and outlet 1 along x, since that is what its readers assume.
+    """
+    if layout not in ("flowlearn", "original"):
+        raise ValueError(f"unknown layout {layout!r}; expected 'flowlearn' or 'original'")
+    if not fractures:
+        raise DataValidationError(f"{_where(path)}: nothing to write (no fractures)")
+    names = [fr.name for fr in fractures]
+    if len(set(names)) != len(names):
+        raise DataValidationError(f"{_where(path)}: duplicate fracture names in {names}")
+    for fracture in fractures:
+        validate_fracture(fracture, path)
+        if layout == "original" and (
+            fracture.aperture.ndim != 2
+            or fracture.flow_axis != "x"
+            or (fracture.inlet_pressure, fracture.outlet_pressure) != (2.0, 1.0)
+        ):
+            raise DataValidationError(
+                f"{_where(path, fracture.name)}: the original layout holds only 2D fractures with flow "
+                f"along x, inlet 2 and outlet 1"
+            )
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        if layout == "original":
+            for fr in fractures:
+                g = f.create_group(fr.name)
+                g.create_dataset("aperture_field", data=fr.aperture[None, None].astype(np.float32))
+                g.create_dataset("pressure_field", data=fr.pressure[None, None].astype(np.float32))
+        else:
+            f.attrs["schema"] = SCHEMA_NAME
+            f.attrs["schema_version"] = SCHEMA_VERSION
+            for fr in fractures:
+                g = f.create_group(fr.name)
+                opts = {"compression": "gzip", "compression_opts": 4, "shuffle": True}
+                g.create_dataset("aperture", data=fr.aperture, **opts)
+                g.create_dataset("pressure", data=fr.pressure, **opts)
+                if fr.mask is not None:
+                    g.create_dataset("mask", data=fr.mask.astype(bool), **opts)
+                g.attrs["voxel_size"] = float(fr.voxel_size)
+                g.attrs["inlet_pressure"] = float(fr.inlet_pressure)
+                g.attrs["outlet_pressure"] = float(fr.outlet_pressure)
+                g.attrs["flow_axis"] = fr.flow_axis
+                g.attrs["provenance"] = json.dumps(fr.provenance, sort_keys=True)
+
+
+def convert(src: str | os.PathLike, dst: str | os.PathLike, layout: Layout = "flowlearn") -> int:
+    """Read every fracture of ``src`` (either layout), validate, and write them to ``dst`` in ``layout``.
+
+    Returns the number of fractures written.
+    """
+    fractures = read_fractures(src)
+    write_fractures(dst, fractures, layout=layout)
+    return len(fractures)
