@@ -57,10 +57,14 @@ class Grid:
                 f"maxs={self.maxs}, ns={self.ns}"
             )
         if any(n < 1 for n in self.ns):
-            raise ProblemError(f"the grid is empty: node counts ns={self.ns} (DPFEHM order x, y[, z]) must be >= 1")
+            raise ProblemError(
+                f"the grid is empty: node counts ns={self.ns} (DPFEHM order x, y[, z]) must be >= 1"
+            )
         for axis, (lo, hi, n) in enumerate(zip(self.mins, self.maxs, self.ns)):
             if not (np.isfinite(lo) and np.isfinite(hi)) or hi < lo or (n > 1 and hi == lo):
-                raise ProblemError(f"grid axis {'xyz'[axis]}: need min < max, got min={lo}, max={hi} for {n} nodes")
+                raise ProblemError(
+                    f"grid axis {'xyz'[axis]}: need min < max, got min={lo}, max={hi} for {n} nodes"
+                )
         if not np.isfinite(self.thickness) or self.thickness <= 0:
             raise ProblemError(f"grid thickness must be positive and finite, got {self.thickness}")
 
@@ -90,7 +94,9 @@ class Grid:
     @property
     def spacing(self) -> tuple[float, ...]:
         """Node spacing (dx, dy[, dz]) in metres; an axis with one node gets spacing 1 (it has no edges)."""
-        return tuple((hi - lo) / (n - 1) if n > 1 else 1.0 for lo, hi, n in zip(self.mins, self.maxs, self.ns))
+        return tuple(
+            (hi - lo) / (n - 1) if n > 1 else 1.0 for lo, hi, n in zip(self.mins, self.maxs, self.ns)
+        )
 
     @cached_property
     def coords(self) -> np.ndarray:

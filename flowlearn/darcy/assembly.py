@@ -105,6 +105,14 @@ class SystemLayout:
     def torch_tensors(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         """(node_a, node_b, areas_over_lengths, free_mask, fixed_mask, active_mask) as tensors on ``device``."""
         if device not in self._torch_cache:
-            arrays = (*self.edges.T, self.areas_over_lengths, self.free_mask, self.fixed_mask, self.active_mask)
-            self._torch_cache[device] = tuple(torch.as_tensor(np.ascontiguousarray(x), device=device) for x in arrays)
+            arrays = (
+                *self.edges.T,
+                self.areas_over_lengths,
+                self.free_mask,
+                self.fixed_mask,
+                self.active_mask,
+            )
+            self._torch_cache[device] = tuple(
+                torch.as_tensor(np.ascontiguousarray(x), device=device) for x in arrays
+            )
         return self._torch_cache[device]

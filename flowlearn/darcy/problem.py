@@ -56,7 +56,9 @@ class DarcyProblem:
         shape = grid.shape
         self.active = _image_field(active, shape, "active", bool, default=True)
         self.dirichlet = _image_field(dirichlet, shape, "dirichlet", bool, default=False) & self.active
-        self.dirichlet_values = _image_field(dirichlet_values, shape, "dirichlet_values", np.float64, default=0.0)
+        self.dirichlet_values = _image_field(
+            dirichlet_values, shape, "dirichlet_values", np.float64, default=0.0
+        )
         self.sources = _image_field(sources, shape, "sources", np.float64, default=0.0)
         _require_finite(self.dirichlet_values, self.dirichlet, "dirichlet_values", grid)
         _require_finite(self.sources, self.active, "sources", grid)

@@ -150,13 +150,17 @@ class PressureSolve(torch.autograd.Function):
         return grid.to_image(grad_log_k), grid.to_image(grad_heads), grad_sources, None
 
     @staticmethod
-    def jvp(ctx, d_log_k: torch.Tensor, d_heads: torch.Tensor, d_flows: torch.Tensor, _: None) -> torch.Tensor:
+    def jvp(
+        ctx, d_log_k: torch.Tensor, d_heads: torch.Tensor, d_flows: torch.Tensor, _: None
+    ) -> torch.Tensor:
         log_k, pressure = ctx.saved_tensors
         call = ctx.call
         problem = call.problem
         node_a, node_b, aol, _, _, active = problem.layout.torch_tensors(log_k.device)
         grid = problem.grid
-        d_log_k, d_heads, d_flows = (torch.zeros_like(log_k) if d is None else d for d in (d_log_k, d_heads, d_flows))
+        d_log_k, d_heads, d_flows = (
+            torch.zeros_like(log_k) if d is None else d for d in (d_log_k, d_heads, d_flows)
+        )
         u, h, du = grid.to_nodes(log_k), grid.to_nodes(pressure), grid.to_nodes(d_log_k)
         t = aol * torch.exp(0.5 * (u[:, node_a] + u[:, node_b]))
         dt = 0.5 * t * (du[:, node_a] + du[:, node_b])
@@ -188,10 +192,14 @@ def _scatter_edges(
 
 
 def _as_float64(x: torch.Tensor, name: str, device: torch.device) -> torch.Tensor:
-    if not (x.is_floating_point() and x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)):
+    if not (
+        x.is_floating_point() and x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    ):
         raise SolveInputError(f"{name} must be a real floating-point tensor, got dtype {x.dtype}")
     if x.device != device:
-        raise SolveInputError(f"{name} is on device {x.device} but log_k is on {device}; put them on one device")
+        raise SolveInputError(
+            f"{name} is on device {x.device} but log_k is on {device}; put them on one device"
+        )
     return x.to(torch.float64)
 
 

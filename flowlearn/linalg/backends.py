@@ -121,7 +121,12 @@ class AMGBackend(Backend):
     def factorize(self, matrix: sp.csc_matrix, symbolic: Any) -> Factor:
         import pyamg
 
-        return _AMGFactor(pyamg.smoothed_aggregation_solver(matrix.tocsr(), symmetry="symmetric"))
+        # 'local' weighting of the prolongation smoother avoids pyamg's randomised spectral-radius estimate, so
+        # the same matrix always gives the same hierarchy and the same answer.
+        hierarchy = pyamg.smoothed_aggregation_solver(
+            matrix.tocsr(), symmetry="symmetric", smooth=("jacobi", {"weighting": "local"})
+        )
+        return _AMGFactor(hierarchy)
 
 
 BACKENDS: dict[str, type[Backend]] = {

@@ -123,8 +123,14 @@ class SparseSolver:
                 entry.last_solution[role] = solution
             return solution
 
-    def _solve_slot(self, state: _PatternState, entry: _Slot, role: str, matrix: sp.csc_matrix, rhs: np.ndarray):
-        if entry.factor is not None and entry.factor.exact and np.array_equal(entry.factored_data, matrix.data):
+    def _solve_slot(
+        self, state: _PatternState, entry: _Slot, role: str, matrix: sp.csc_matrix, rhs: np.ndarray
+    ):
+        if (
+            entry.factor is not None
+            and entry.factor.exact
+            and np.array_equal(entry.factored_data, matrix.data)
+        ):
             return self._direct(entry, matrix, rhs)
         if self.reuse and entry.factor is not None and self._close(entry.factored_data, matrix.data):
             # An old factor is worth iterating with only while CG costs less than a new factorisation.

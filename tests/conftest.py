@@ -1,0 +1,38 @@
+"""Shared fixtures: the example fracture from ../shared, and the linear-solver backends to run every test on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from flowlearn.linalg import SparseSolver, cholmod_available
+
+EXAMPLE_FRACTURE = Path(__file__).resolve().parents[2] / "shared" / "data" / "example_fracture.mat"
+
+DIRECT_BACKENDS = [
+    pytest.param(
+        "cholmod", marks=pytest.mark.skipif(not cholmod_available(), reason="scikit-sparse is not installed")
+    ),
+    "superlu",
+]
+ALL_BACKENDS = [*DIRECT_BACKENDS, "amg"]
+
+
+@pytest.fixture(params=ALL_BACKENDS)
+def solver(request) -> SparseSolver:
+    """A fresh solver per test, for every backend."""
+    return SparseSolver(request.param)
+
+
+@pytest.fixture(scope="session")
+def example_fracture() -> tuple[np.ndarray, np.ndarray]:
+    """(aperture, LBM pressure), float64 (256, 260), from the original work's fracture; skipped when absent."""
+    if not EXAMPLE_FRACTURE.exists():
+        pytest.skip(f"{EXAMPLE_FRACTURE} is not present")
+    with h5py.File(EXAMPLE_FRACTURE, "r") as f:
+        aperture = f["fracture_1/aperture_field"][0, 0].astype(np.float64)
+        pressure = f["fracture_1/pressure_field"][0, 0].astype(np.float64)
+    return aperture, pressure

@@ -1,0 +1,80 @@
+"""Reuse across solves (factor as preconditioner, warm starts) stays exact, and failures are loud."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from conftest import DIRECT_BACKENDS
+
+from flowlearn import ConvergenceError, DarcyProblem, SparseSolver, solve_pressure
+from flowlearn.linalg import pcg
+
+
+def _field(shape, seed):
+    return torch.from_numpy(np.random.default_rng(seed).normal(scale=1.0, size=shape))
+
+
+@pytest.mark.parametrize("backend", DIRECT_BACKENDS)
+def test_adjoint_reuses_the_forward_factor(backend):
+    problem = DarcyProblem.fracture((20, 24))
+    solver = SparseSolver(backend)
+    log_k = _field((3, 20, 24), 0).requires_grad_()
+    solve_pressure(log_k, problem, solver=solver).pow(2).sum().backward()
+    # One factorisation per batch item; forward and adjoint solves both direct.
+    assert solver.stats.factorizations == 3
+    assert solver.stats.direct_solves == 6 and solver.stats.pcg_solves == 0
+
+
+@pytest.mark.parametrize("backend", [*DIRECT_BACKENDS, "amg"])
+def test_training_like_sequence_matches_fresh_solves(backend):
+    problem = DarcyProblem.fracture((32, 40))
+    solver = SparseSolver(backend)
+    reference = SparseSolver("superlu", reuse=False)
+    log_k = _field((32, 40), 1)
+    rng = np.random.default_rng(2)
+    for _ in range(8):
+        log_k = log_k * (1 + 1e-3 * torch.from_numpy(rng.normal(size=log_k.shape)))
+        x = log_k.clone().requires_grad_()
+        y = log_k.clone().requires_grad_()
+        p_reused = solve_pressure(x, problem, solver=solver)
+        p_fresh = solve_pressure(y, problem, solver=reference)
+        p_reused.pow(3).sum().backward()
+        p_fresh.pow(3).sum().backward()
+        torch.testing.assert_close(p_reused, p_fresh, rtol=1e-9, atol=0)
+        torch.testing.assert_close(x.grad, y.grad, rtol=1e-8, atol=1e-12 * y.grad.abs().max().item())
+    if backend != "amg":
+        # Slightly changed conductivities are solved with the old factor as a preconditioner.
+        assert solver.stats.pcg_solves > 0
+        assert solver.stats.factorizations < 8
+
+
+def test_a_different_field_is_refactored_not_iterated():
+    problem = DarcyProblem.fracture((16, 16))
+    solver = SparseSolver("superlu")
+    solve_pressure(_field((16, 16), 3), problem, solver=solver)
+    solve_pressure(_field((16, 16), 4), problem, solver=solver)
+    assert solver.stats.factorizations == 2 and solver.stats.pcg_solves == 0
+
+
+def test_iterative_solve_that_does_not_converge_raises():
+    problem = DarcyProblem.fracture((48, 48))
+    solver = SparseSolver("amg", max_iter=2)
+    with pytest.raises(
+        ConvergenceError, match=r"amg-preconditioned CG did not reach rtol=1e-11 within 2 iterations"
+    ):
+        solve_pressure(3 * _field((48, 48), 5), problem, solver=solver)
+
+
+def test_pcg_reaches_the_energy_norm_tolerance_and_reports_failure():
+    rng = np.random.default_rng(6)
+    n = 200
+    laplacian = sp.diags([-np.ones(n - 1), 2.0 + rng.random(n), -np.ones(n - 1)], [-1, 0, 1], format="csr")
+    rhs = rng.normal(size=n)
+    exact = np.linalg.solve(laplacian.toarray(), rhs)
+    jacobi = 1 / laplacian.diagonal()
+    result = pcg(laplacian, rhs, lambda r: jacobi * r, None, rtol=1e-12, max_iter=1000)
+    assert result.converged
+    energy_error = np.sqrt((result.solution - exact) @ laplacian @ (result.solution - exact))
+    assert energy_error <= 1e-11 * np.sqrt(exact @ laplacian @ exact)
+    stalled = pcg(laplacian, rhs, lambda r: jacobi * r, None, rtol=1e-12, max_iter=3)
+    assert not stalled.converged and stalled.iterations == 3
