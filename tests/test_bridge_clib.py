@@ -26,9 +26,9 @@ def _compile(tmp_path_factory: pytest.TempPathFactory, compiler: str, source: st
     if shutil.which(compiler) is None:
         pytest.skip(f"{compiler} is not installed (.ci/run installs it)")
     out = tmp_path_factory.mktemp(compiler) / f"lib{Path(source).stem}.so"
-    subprocess.run(
-        [compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(SOURCES / source), *flags], check=True
-    )
+    # Run in the output folder: gfortran writes its module files to the working directory.
+    command = [compiler, "-O2", "-shared", "-fPIC", "-o", out.name, str(SOURCES / source), *flags]
+    subprocess.run(command, check=True, cwd=out.parent)
     return CLibrary(out)
 
 
