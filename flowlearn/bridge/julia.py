@@ -43,14 +43,19 @@ host(x::Tuple) = map(host, x)
 host(::Nothing) = nothing
 host(x) = nothing  # structural tangents of non-array arguments: Python gives those arguments no gradient
 
-differentiable(x) = x isa AbstractArray{<:AbstractFloat} || x isa AbstractFloat
+# Floating tensors arrive as Float64 arrays (0-d included); other arguments get no gradient on the Python side.
+differentiable(x) = x isa AbstractArray{<:AbstractFloat}
 
 function zygote_forward(f, args...)
     y, back = Zygote.pullback(f, map(native, args)...)
     return host(y), back
 end
 
-zygote_pullback(back, cotangent) = map(host, back(native(cotangent)))
+function zygote_pullback(back, cotangent, nargs)
+    grads = back(native(cotangent))
+    # Zygote may answer a single `nothing` when no argument has a gradient.
+    return grads === nothing ? ntuple(_ -> nothing, nargs) : map(host, grads)
+end
 
 forward_mode(backend) = ADTypes.mode(backend) isa Union{ADTypes.ForwardMode, ADTypes.ForwardOrReverseMode}
 
@@ -202,10 +207,11 @@ def julia2pytorch(
         try:
             module.seval(setup_code)
             fn = module.seval(fn_name)
-            backend = None
+            backend, forward_mode = None, False
             if ad_backend is not None:
                 module.seval("using ADTypes")
                 backend = module.seval(ad_backend)
+                forward_mode = julia.glue.forward_mode(backend)
         except julia.juliacall.JuliaError as error:
             raise ForeignError(f"julia2pytorch({fn_name!r}): setup failed: {error}") from error
         if not julia.juliacall.Main.seval("f -> !isempty(methods(f))")(fn):
@@ -225,7 +231,7 @@ def julia2pytorch(
         @call
         def pullback(residual: Any, args: tuple[Any, ...], cotangents: tuple[np.ndarray, ...]) -> Any:
             back, is_tuple = residual
-            return glue.zygote_pullback(back, _cotangent(cotangents, is_tuple))
+            return glue.zygote_pullback(back, _cotangent(cotangents, is_tuple), len(args))
 
         pushforward = None
     else:
@@ -241,11 +247,10 @@ def julia2pytorch(
             return glue.di_pullback(fn, backend, saved, _cotangent(cotangents, is_tuple))
 
         @call
-        def pushforward(residual: Any, args: tuple[Any, ...], tangents: tuple[Any, ...]) -> Any:
+        def di_pushforward(residual: Any, args: tuple[Any, ...], tangents: tuple[Any, ...]) -> Any:
             return glue.di_pushforward(fn, backend, residual[0], tangents)
 
-        if not glue.forward_mode(backend):
-            pushforward = None
+        pushforward = di_pushforward if forward_mode else None
 
     return foreign_op(ForeignFunction(fn_name, forward, pullback, pushforward, lock=julia.lock))
 
