@@ -8,6 +8,7 @@ imports juliacall, so it never triggers a Julia download.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ import torch
 from torch.func import jacfwd, jacrev
 
 from flowlearn.bridge import ForeignDerivativeError, ForeignError, julia2pytorch
+from flowlearn.bridge.dpfehm import BRIDGE_PACKAGE
 from flowlearn.bridge.julia import julia_installed, validate_fn_name
 
 JULIA = julia_installed() and (
@@ -137,6 +139,22 @@ def test_julia_that_cannot_start_fails_at_construction(tmp_path):
     assert result.returncode == 0, result.stderr
     # juliapkg logs to stdout as well.
     assert "ERROR: solver=julia needs Julia, but starting it failed" in result.stdout
+
+
+def test_juliapkg_json_declares_the_bridge_package_and_its_dependencies():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    declared = json.loads((BRIDGE_PACKAGE.parents[1] / "flowlearn" / "bridge" / "juliapkg.json").read_text())
+    project = tomllib.loads((BRIDGE_PACKAGE / "Project.toml").read_text())
+    packages = declared["packages"]
+    bridge = packages[project["name"]]
+    assert bridge["uuid"] == project["uuid"] and bridge["dev"] is True
+    assert (Path(__file__).parents[1] / "flowlearn" / "bridge" / bridge["path"]).resolve() == BRIDGE_PACKAGE
+    standard_library = {"LinearAlgebra"}
+    for name, uuid in project["deps"].items():
+        if name not in standard_library:
+            assert packages[name]["uuid"] == uuid, name
+    # The glue of julia2pytorch imports these.
+    assert {"Zygote", "DifferentiationInterface", "ADTypes"} <= packages.keys()
 
 
 # ---- With Julia ---------------------------------------------------------------------------------------------------
