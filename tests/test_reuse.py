@@ -28,7 +28,8 @@ def test_adjoint_reuses_the_forward_factor(backend):
 @pytest.mark.parametrize("backend", [*DIRECT_BACKENDS, "amg"])
 def test_training_like_sequence_matches_fresh_solves(backend):
     problem = DarcyProblem.fracture((32, 40))
-    solver = SparseSolver(backend)
+    # A fixed CG budget: the adaptive one would refactor a grid this small, where that is cheaper.
+    solver = SparseSolver(backend, reuse_budget=20)
     reference = SparseSolver("superlu", reuse=False)
     log_k = _field((32, 40), 1)
     rng = np.random.default_rng(2)
@@ -45,7 +46,7 @@ def test_training_like_sequence_matches_fresh_solves(backend):
     if backend != "amg":
         # Slightly changed conductivities are solved with the old factor as a preconditioner.
         assert solver.stats.pcg_solves > 0
-        assert solver.stats.factorizations < 8
+        assert solver.stats.factorizations == 1
 
 
 def test_a_different_field_is_refactored_not_iterated():

@@ -27,17 +27,21 @@ if TYPE_CHECKING:
 class SystemLayout:
     """Index maps from the nodes and edges of ``problem`` to the rows and CSC entries of ``A``.
 
+    Nodes are numbered here by their flat index in the image (C order), not DPFEHM's node order: the solution does
+    not depend on the numbering, and fields then flatten as views instead of transposed copies.
+
     Edges with an inactive end, and edges between two Dirichlet nodes, play no part and are dropped.
-    ``edges`` lists the remaining ones as (node_a, node_b) in node order: first the free-free edges, then the
-    free-Dirichlet edges with the free node first.
+    ``edges`` lists the remaining ones as (pixel_a, pixel_b) flat image indices: first the free-free edges, then
+    the free-Dirichlet edges with the free node first.
     """
 
     def __init__(self, problem: DarcyProblem) -> None:
         grid = problem.grid
-        free = grid.to_nodes(problem.free)
-        fixed = grid.to_nodes(problem.dirichlet)
-        active = grid.to_nodes(problem.active)
-        a, b = grid.edges.T
+        free = problem.free.reshape(-1)
+        fixed = problem.dirichlet.reshape(-1)
+        active = problem.active.reshape(-1)
+        pixel_of_node = grid.to_nodes(np.arange(grid.num_nodes).reshape(grid.shape))
+        a, b = pixel_of_node[grid.edges.T]
         aol = grid.areas_over_lengths
         used = active[a] & active[b] & ~(fixed[a] & fixed[b])
         a, b, aol = a[used], b[used], aol[used]
@@ -62,6 +66,7 @@ class SystemLayout:
         self.active_mask = active
         self._build_pattern()
         self._torch_cache: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+        self._last_system: dict[int, tuple[np.ndarray, np.ndarray, sp.csc_matrix]] = {}
 
     def _build_pattern(self) -> None:
         """CSC pattern of the full symmetric ``A``: the diagonal plus both triangles of the free-free edges."""
@@ -81,8 +86,22 @@ class SystemLayout:
     def nnz(self) -> int:
         return self.indices.size
 
+    def system(self, slot: int, log_k: np.ndarray) -> tuple[np.ndarray, sp.csc_matrix]:
+        """(T, A) for one sample's log-conductivity (num_nodes,), flat image order.
+
+        The last system of each batch slot is kept: the adjoint solve that follows a forward solve asks for the
+        same one again.
+        """
+        last = self._last_system.get(slot)
+        if last is not None and np.array_equal(last[0], log_k):
+            return last[1], last[2]
+        transmissibility = self.transmissibilities(log_k[None])[0]
+        matrix = self.matrix(transmissibility)
+        self._last_system[slot] = (log_k.copy(), transmissibility, matrix)
+        return transmissibility, matrix
+
     def transmissibilities(self, log_k: np.ndarray) -> np.ndarray:
-        """Edge transmissibility T_e, float64 (B, num_edges), from node log-conductivity (B, num_nodes)."""
+        """Edge transmissibility T_e, float64 (B, num_edges), from log-conductivity (B, num_nodes), flat image order."""
         a, b = self.edges.T
         return self.areas_over_lengths * np.exp(0.5 * (log_k[:, a] + log_k[:, b]))
 
@@ -97,13 +116,14 @@ class SystemLayout:
         return sp.csc_matrix((data, self.indices, self.indptr), shape=(self.num_free, self.num_free))
 
     def rhs(self, transmissibility: np.ndarray, heads: np.ndarray, sources: np.ndarray) -> np.ndarray:
-        """Right-hand side b (num_free,) for one sample: T (num_edges,), heads and sources (num_nodes,)."""
+        """Right-hand side b (num_free,) for one sample: T (num_edges,), heads and sources (num_nodes,), flat image
+        order."""
         boundary = slice(self.num_free_edges, None)
         inflow = transmissibility[boundary] * heads[self.edges[boundary, 1]]
         return sources[self.free_nodes] + np.bincount(self.row_a[boundary], inflow, self.num_free)
 
     def torch_tensors(self, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """(node_a, node_b, areas_over_lengths, free_mask, fixed_mask, active_mask) as tensors on ``device``."""
+        """(pixel_a, pixel_b, areas_over_lengths, free, fixed, active) as tensors on ``device``; flat image order."""
         if device not in self._torch_cache:
             arrays = (
                 *self.edges.T,

@@ -105,19 +105,20 @@ class PressureSolve(torch.autograd.Function):
     @staticmethod
     def forward(log_k: torch.Tensor, heads: torch.Tensor, flows: torch.Tensor, call: _Call) -> torch.Tensor:
         problem = call.problem
-        grid, layout = problem.grid, problem.layout
-        nodes = [grid.to_nodes(x.detach()).cpu().numpy() for x in (log_k, heads, flows)]
-        log_k_nodes, head_nodes, flow_nodes = nodes
+        layout = problem.layout
+        batch = log_k.shape[0]
+        log_k_nodes, head_nodes, flow_nodes = (
+            x.detach().reshape(batch, -1).cpu().numpy() for x in (log_k, heads, flows)
+        )
         _check_finite(log_k_nodes, layout.active_mask, "log_k", problem)
         _check_finite(head_nodes, layout.fixed_mask, "dirichlet_values", problem)
         _check_finite(flow_nodes, layout.active_mask, "sources", problem)
-        transmissibility = layout.transmissibilities(log_k_nodes)
         pressure = np.where(layout.active_mask, head_nodes, np.nan)
-        for slot in range(log_k_nodes.shape[0]):
-            matrix = layout.matrix(transmissibility[slot])
-            rhs = layout.rhs(transmissibility[slot], head_nodes[slot], flow_nodes[slot])
+        for slot in range(batch):
+            transmissibility, matrix = layout.system(slot, log_k_nodes[slot])
+            rhs = layout.rhs(transmissibility, head_nodes[slot], flow_nodes[slot])
             pressure[slot, layout.free_nodes] = call.solver.solve(layout, slot, call.role, matrix, rhs)
-        return grid.to_image(torch.from_numpy(pressure)).contiguous().to(log_k.device)
+        return torch.from_numpy(pressure).reshape(log_k.shape).to(log_k.device)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -132,22 +133,21 @@ class PressureSolve(torch.autograd.Function):
         call = ctx.call
         problem = call.problem
         node_a, node_b, aol, free, fixed, _ = problem.layout.torch_tensors(log_k.device)
-        grid = problem.grid
+        shape = log_k.shape
+        flat = _flattener(shape[0])
         # The adjoint system is the forward system with sources g and zero heads.
         grad = torch.where(torch.isnan(pressure), 0.0, grad_pressure)
         adjoint = PressureSolve.apply(log_k, torch.zeros_like(heads), grad, call.with_role("adjoint"))
-        lam = torch.where(free, grid.to_nodes(adjoint), 0.0)
-        h = grid.to_nodes(pressure)
-        u = grid.to_nodes(log_k)
+        lam = torch.where(free, flat(adjoint), 0.0)
+        h, u = flat(pressure), flat(log_k)
         t = aol * torch.exp(0.5 * (u[:, node_a] + u[:, node_b]))
         lam_diff = lam[:, node_a] - lam[:, node_b]
         dloss_dt = -lam_diff * (h[:, node_a] - h[:, node_b])
         grad_log_k = _scatter_edges(0.5 * dloss_dt * t, node_a, node_b, u)
-        grad_sources = grid.to_image(lam)
         # (L lam) at the Dirichlet end b of a free-Dirichlet edge is T_e (lam_b - lam_a) = -T_e lam_a.
         laplacian_lam = _scatter_edges(t * lam_diff, node_a, node_b, u, sign=-1.0)
-        grad_heads = torch.where(fixed, grid.to_nodes(grad) - laplacian_lam, 0.0)
-        return grid.to_image(grad_log_k), grid.to_image(grad_heads), grad_sources, None
+        grad_heads = torch.where(fixed, flat(grad) - laplacian_lam, 0.0)
+        return grad_log_k.reshape(shape), grad_heads.reshape(shape), lam.reshape(shape), None
 
     @staticmethod
     def jvp(
@@ -157,18 +157,19 @@ class PressureSolve(torch.autograd.Function):
         call = ctx.call
         problem = call.problem
         node_a, node_b, aol, _, _, active = problem.layout.torch_tensors(log_k.device)
-        grid = problem.grid
+        shape = log_k.shape
+        flat = _flattener(shape[0])
         d_log_k, d_heads, d_flows = (
             torch.zeros_like(log_k) if d is None else d for d in (d_log_k, d_heads, d_flows)
         )
-        u, h, du = grid.to_nodes(log_k), grid.to_nodes(pressure), grid.to_nodes(d_log_k)
+        u, h, du = flat(log_k), flat(pressure), flat(d_log_k)
         t = aol * torch.exp(0.5 * (u[:, node_a] + u[:, node_b]))
         dt = 0.5 * t * (du[:, node_a] + du[:, node_b])
         flux_change = _scatter_edges(dt * (h[:, node_a] - h[:, node_b]), node_a, node_b, u, sign=-1.0)
         tangent = PressureSolve.apply(
-            log_k, d_heads, d_flows - grid.to_image(flux_change), call.with_role("tangent")
+            log_k, d_heads, d_flows - flux_change.reshape(shape), call.with_role("tangent")
         )
-        return torch.where(grid.to_image(active), tangent, 0.0)
+        return torch.where(active.reshape(shape[1:]), tangent, 0.0)
 
     @staticmethod
     def vmap(info, in_dims, log_k, heads, flows, call):
@@ -180,6 +181,11 @@ class PressureSolve(torch.autograd.Function):
             args.append(x.reshape(size * x.shape[1], *x.shape[2:]))
         pressure = PressureSolve.apply(*args, call)
         return pressure.reshape(size, -1, *pressure.shape[1:]), 0
+
+
+def _flattener(batch: int):
+    """(B, *grid shape) -> (B, num_nodes) in flat image order, the numbering of the system layout (a view)."""
+    return lambda x: x.reshape(batch, -1)
 
 
 def _scatter_edges(
@@ -223,7 +229,8 @@ def _check_finite(values: np.ndarray, where: np.ndarray, name: str, problem: Dar
         count = int(bad.sum())
         sample, node = (int(i) for i in np.argwhere(bad)[0])
         kinds = f"{int(np.isnan(values[bad]).sum())} NaN, {int(np.isinf(values[bad]).sum())} inf"
+        pixel = tuple(int(i) for i in np.unravel_index(node, problem.grid.shape))
         raise SolveInputError(
             f"{name} has {count} non-finite value(s) at active nodes ({kinds}); the first is in batch item "
-            f"{sample} at pixel {problem.grid.pixel(node)}"
+            f"{sample} at pixel {pixel}"
         )

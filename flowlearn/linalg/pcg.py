@@ -29,7 +29,7 @@ def pcg(
 
     Stops when sqrt(r.M^{-1}r) <= rtol * sqrt(b.x): for M close to A this is the relative error in the energy
     norm. The stopping test is confirmed on the true residual b - A x, so round-off drift in the recursive
-    residual cannot end the iteration early.
+    residual cannot end the iteration early (the iteration restarts from the true residual instead).
 
     Args:
         matrix: SPD float64 (n, n).
@@ -51,14 +51,15 @@ def pcg(
         scale = abs(float(rhs @ x))
         estimate = np.sqrt(abs(rz) / scale) if scale > 0 else np.inf
         if estimate <= rtol:
-            # Confirm on the true residual before trusting the recursion.
-            r = rhs - matrix @ x
+            # Trust the recursive residual only while it still tracks the true one (round-off drift).
+            true_residual = rhs - matrix @ x
+            if np.linalg.norm(true_residual - r) <= 0.5 * np.linalg.norm(r):
+                return PCGResult(x, iteration, True, estimate)
+            r = true_residual
             z = precondition(r)
             rz = float(r @ z)
-            estimate = np.sqrt(abs(rz) / scale)
-            if estimate <= rtol:
-                return PCGResult(x, iteration, True, estimate)
             p = z.copy()
+            continue
         if iteration == max_iter:
             break
         q = matrix @ p

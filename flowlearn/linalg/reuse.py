@@ -21,10 +21,12 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import ThreadpoolController
 
 from flowlearn.errors import ConvergenceError
 from flowlearn.linalg.backends import Backend, Factor, make_backend
@@ -65,9 +67,11 @@ class SparseSolver:
         rtol: Relative energy-norm error at which CG stops (direct solves are exact to round-off).
         reuse: Reuse old factors as preconditioners and old solutions as warm starts. With False every matrix
             is factored afresh (the adjoint solve still reuses the forward factor).
-        max_change: Largest ``|log(a_new / a_old)|`` over the matrix entries for which an old factor is tried
-            as a preconditioner.
+        max_change: Largest relative change of any matrix entry for which an old factor is tried as a
+            preconditioner.
         max_iter: Iteration limit of CG with a fresh AMG hierarchy.
+        reuse_budget: CG iterations allowed with an old direct factor before refactoring instead. None adapts it
+            to the measured cost ratio of a factorisation and an iteration, so small grids simply refactor.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class SparseSolver:
         reuse: bool = True,
         max_change: float = 0.5,
         max_iter: int = 1000,
+        reuse_budget: int | None = None,
     ) -> None:
         if not 0 < rtol < 1:
             raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
@@ -85,6 +90,7 @@ class SparseSolver:
         self.reuse = reuse
         self.max_change = max_change
         self.max_iter = max_iter
+        self.reuse_budget = reuse_budget
         self.stats = SolveStats()
         self._states: weakref.WeakKeyDictionary[Any, _PatternState] = weakref.WeakKeyDictionary()
         # CHOLMOD and the caches are not thread-safe; one solve at a time per solver.
@@ -132,11 +138,8 @@ class SparseSolver:
             and np.array_equal(entry.factored_data, matrix.data)
         ):
             return self._direct(entry, matrix, rhs)
-        if self.reuse and entry.factor is not None and self._close(entry.factored_data, matrix.data):
-            # An old factor is worth iterating with only while CG costs less than a new factorisation.
-            budget = self.max_iter
-            if entry.factor.exact and state.apply_seconds > 0:
-                budget = int(np.clip(state.factor_seconds / state.apply_seconds, 2, 50))
+        budget = self._budget(state, entry)
+        if budget and self._close(entry.factored_data, matrix.data):
             result = self._pcg(state, entry, role, matrix, rhs, budget)
             if result is not None:
                 return result
@@ -152,17 +155,30 @@ class SparseSolver:
             )
         return result
 
+    def _budget(self, state: _PatternState, entry: _Slot) -> int:
+        """CG iterations worth spending with the slot's old factor (0: refactor right away)."""
+        if not self.reuse or entry.factor is None:
+            return 0
+        if not entry.factor.exact:
+            return self.max_iter
+        if self.reuse_budget is not None:
+            return self.reuse_budget
+        if state.apply_seconds == 0:
+            return self.max_iter  # no measurement yet: try once
+        # An old factor is worth iterating with only while CG costs less than a new factorisation.
+        budget = int(state.factor_seconds / state.apply_seconds)
+        return min(budget, 50) if budget >= 3 else 0
+
     def _close(self, old: np.ndarray, new: np.ndarray) -> bool:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            change = np.abs(np.log(new / old))
-        return bool(np.all(change <= self.max_change))
+        return bool(np.all(np.abs(new - old) <= self.max_change * np.abs(old)))
 
     def _direct(self, entry: _Slot, matrix: sp.csc_matrix, rhs: np.ndarray) -> np.ndarray:
         # One step of iterative refinement takes the error from ~eps*cond(A) down to ~eps (1e-12 -> 1e-14 on
         # the fracture grid) for the price of a matvec and one more triangular solve pair.
         self.stats.direct_solves += 1
-        solution = entry.factor.apply(rhs)
-        return solution + entry.factor.apply(rhs - matrix @ solution)
+        with _single_threaded_blas():
+            solution = entry.factor.apply(rhs)
+            return solution + entry.factor.apply(rhs - matrix @ solution)
 
     def _factorize(self, state: _PatternState, entry: _Slot, matrix: sp.csc_matrix) -> None:
         start = time.perf_counter()
@@ -173,13 +189,26 @@ class SparseSolver:
 
     def _pcg(self, state, entry, role, matrix, rhs, max_iter) -> np.ndarray | None:
         start = time.perf_counter()
-        result = pcg(matrix, rhs, entry.factor.apply, entry.last_solution.get(role), self.rtol, max_iter)
+        with _single_threaded_blas():
+            result = pcg(matrix, rhs, entry.factor.apply, entry.last_solution.get(role), self.rtol, max_iter)
         if result.iterations:
             per_iteration = (time.perf_counter() - start) / result.iterations
             state.apply_seconds = _running(state.apply_seconds, per_iteration)
         self.stats.pcg_solves += 1
         self.stats.pcg_iterations += result.iterations
         return result.solution if result.converged else None
+
+
+@cache
+def _blas_controller() -> ThreadpoolController:
+    return ThreadpoolController()
+
+
+def _single_threaded_blas():
+    """Solve phases are memory-bound chains of small BLAS calls (triangular solves, dot products), where BLAS
+    threads only add synchronisation: one thread is 2-10x faster, most of all on a busy machine. Factorisations
+    keep all threads."""
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 def _running(previous: float, sample: float) -> float:

@@ -1,0 +1,210 @@
+"""Benchmark of the differentiable pressure solve; prints markdown tables.
+
+    python benchmarks/bench_solve.py                 # everything (about 10 minutes on 2 cores)
+    python benchmarks/bench_solve.py --sizes 64 256  # a subset of the grid-size table
+
+Every grid size runs in a subprocess of its own, so that its peak memory (max RSS) is its own. Ratios are measured
+side by side in one run on the same machine; absolute times depend on the machine.
+
+Tables:
+1. one-off forward and forward+gradient time, their ratio, and peak memory, per grid;
+2. adjoint gradient against central finite differences (time ratio, max relative difference);
+3. a training-like loop: 50 steps, each perturbing logK by ~1e-3 relative, then forward+gradient; flowlearn's
+   default solver (factor reuse) against a baseline that re-solves every step with scipy's SuperLU
+   (``spsolve`` for the forward and again for the adjoint, as a plain adjoint implementation would). The baseline
+   is written out below with numpy/scipy alone and doubles as an independent check of the gradient.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import scipy.sparse.linalg as spla
+import torch
+
+from flowlearn import DarcyProblem, SparseSolver, solve_pressure
+
+GRIDS = {"64": (64, 64), "256": (256, 260), "512": (512, 512), "1024": (1024, 1024), "2048": (2048, 2048)}
+
+
+def rough_log_k(shape: tuple[int, int], seed: int = 0) -> torch.Tensor:
+    """log K of a rough fracture: 2*log(aperture), aperture a smoothed lognormal field (float64, image layout)."""
+    rng = np.random.default_rng(seed)
+    noise = np.fft.rfft2(rng.normal(size=shape))
+    ky = np.fft.fftfreq(shape[0])[:, None]
+    kx = np.fft.rfftfreq(shape[1])[None, :]
+    smooth = np.fft.irfft2(noise / (1 + (np.hypot(kx, ky) * 32) ** 2), s=shape)
+    log_aperture = smooth / smooth.std() * 0.5
+    return torch.from_numpy(2 * log_aperture)
+
+
+def loss_of(pressure: torch.Tensor) -> torch.Tensor:
+    return ((pressure - 1.5) ** 2).mean()
+
+
+def forward_and_gradient(log_k: torch.Tensor, problem: DarcyProblem, solver: SparseSolver) -> torch.Tensor:
+    x = log_k.clone().requires_grad_()
+    loss_of(solve_pressure(x, problem, solver=solver)).backward()
+    return x.grad
+
+
+def one_grid(name: str, repeats: int) -> dict:
+    shape = GRIDS[name]
+    problem = DarcyProblem.fracture(shape)
+    log_k = rough_log_k(shape)
+    _ = problem.layout
+    forward, both = [], []
+    for _ in range(repeats):
+        solver = SparseSolver()  # fresh: no factor to reuse, symbolic analysis included
+        start = time.perf_counter()
+        solve_pressure(log_k, problem, solver=solver)
+        forward.append(time.perf_counter() - start)
+        solver = SparseSolver()
+        start = time.perf_counter()
+        forward_and_gradient(log_k, problem, solver)
+        both.append(time.perf_counter() - start)
+    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return {
+        "grid": f"{shape[0]}x{shape[1]}",
+        "unknowns": problem.layout.num_free,
+        "forward": min(forward),
+        "forward+gradient": min(both),
+        "peak_gib": peak_gib,
+    }
+
+
+def superlu_forward_and_gradient(log_k: torch.Tensor, problem: DarcyProblem) -> torch.Tensor:
+    """The baseline: assemble, spsolve the forward, spsolve the adjoint, and form dL/dlogK with numpy."""
+    layout = problem.layout
+    u = log_k.numpy().reshape(-1)
+    heads, sources = problem.dirichlet_values.reshape(-1), problem.sources.reshape(-1)
+    t = layout.transmissibilities(u[None])[0]
+    matrix = layout.matrix(t)
+    h = heads.copy()
+    h[layout.free_nodes] = spla.spsolve(matrix, layout.rhs(t, heads, sources))
+    g = np.zeros_like(h)
+    g[layout.free_nodes] = 2 * (h[layout.free_nodes] - 1.5) / h.size  # d loss_of / dp
+    lam = np.zeros_like(h)
+    lam[layout.free_nodes] = spla.spsolve(matrix, g[layout.free_nodes])
+    a, b = layout.edges.T
+    dloss_dt = -(lam[a] - lam[b]) * (h[a] - h[b])
+    grad = np.zeros_like(u)
+    np.add.at(grad, a, 0.5 * dloss_dt * t)
+    np.add.at(grad, b, 0.5 * dloss_dt * t)
+    return torch.from_numpy(grad.reshape(log_k.shape))
+
+
+def training_loop(shape: tuple[int, int], step_fn, steps: int = 50) -> float:
+    """Median seconds per step of perturb-then-forward+gradient, the way an optimiser moves logK."""
+    problem = DarcyProblem.fracture(shape)
+    log_k = rough_log_k(shape)
+    rng = np.random.default_rng(1)
+    step_fn(log_k, problem)  # warm-up: analysis and first factor, as in epoch 0
+    times = []
+    for _ in range(steps):
+        log_k = log_k * (1 + 1e-3 * torch.from_numpy(rng.normal(size=shape)))
+        start = time.perf_counter()
+        step_fn(log_k, problem)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def finite_differences(shape: tuple[int, int]) -> dict:
+    problem = DarcyProblem.fracture(shape)
+    log_k = rough_log_k(shape)
+    solver = SparseSolver(reuse=False)  # every finite-difference solve exact to round-off
+    start = time.perf_counter()
+    adjoint = forward_and_gradient(log_k, problem, solver).reshape(-1)
+    adjoint_seconds = time.perf_counter() - start
+    eps = 1e-5
+    flat = log_k.reshape(-1)
+    fd = torch.empty_like(flat)
+    start = time.perf_counter()
+    for i in range(flat.numel()):
+        step = torch.zeros_like(flat)
+        step[i] = eps
+        up = loss_of(solve_pressure((flat + step).reshape(shape), problem, solver=solver))
+        down = loss_of(solve_pressure((flat - step).reshape(shape), problem, solver=solver))
+        fd[i] = (up - down) / (2 * eps)
+    fd_seconds = time.perf_counter() - start
+    difference = ((adjoint - fd).abs().max() / adjoint.abs().max()).item()
+    return {
+        "grid": f"{shape[0]}x{shape[1]}",
+        "adjoint": adjoint_seconds,
+        "fd": fd_seconds,
+        "difference": difference,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", nargs="*", default=list(GRIDS), choices=list(GRIDS))
+    parser.add_argument("--one", choices=list(GRIDS), help=argparse.SUPPRESS)
+    parser.add_argument("--skip-fd", action="store_true", help="skip the finite-difference table")
+    parser.add_argument("--skip-training", action="store_true", help="skip the training-loop table")
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one_grid(args.one, repeats=3 if args.one in ("64", "256", "512") else 1)))
+        return
+
+    print(f"torch {torch.__version__}, solver {SparseSolver().name}, {torch.get_num_threads()} threads\n")
+    print("| grid | unknowns | forward (s) | forward+gradient (s) | gradient/forward | peak memory (GiB) |")
+    print("|---|---|---|---|---|---|")
+    for name in args.sizes:
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", name], capture_output=True, text=True, check=True
+        )
+        r = json.loads(out.stdout)
+        ratio = r["forward+gradient"] / r["forward"]
+        print(
+            f"| {r['grid']} | {r['unknowns']:,} | {r['forward']:.3f} | {r['forward+gradient']:.3f} | "
+            f"{ratio:.2f} | {r['peak_gib']:.2f} |",
+            flush=True,
+        )
+
+    if not args.skip_fd:
+        print(
+            "\n| grid | adjoint gradient (s) | central differences (s) | speed-up | max relative difference |"
+        )
+        print("|---|---|---|---|---|")
+        for shape in [(32, 32), (64, 64)]:
+            r = finite_differences(shape)
+            print(
+                f"| {r['grid']} | {r['adjoint']:.4f} | {r['fd']:.1f} | {r['fd'] / r['adjoint']:,.0f}x | "
+                f"{r['difference']:.1e} |",
+                flush=True,
+            )
+
+    if not args.skip_training:
+        print(
+            "\n| grid | flowlearn step, median (ms) | SuperLU re-solve step, median (ms) | speed-up | "
+            "gradient difference |"
+        )
+        print("|---|---|---|---|---|")
+        for shape, baseline_steps in [((256, 260), 50), ((1024, 1024), 3)]:
+            solver = SparseSolver()
+            ours = training_loop(shape, functools.partial(forward_and_gradient, solver=solver))
+            baseline = training_loop(shape, superlu_forward_and_gradient, steps=baseline_steps)
+            problem = DarcyProblem.fracture(shape)
+            ours_grad = forward_and_gradient(rough_log_k(shape), problem, solver)
+            check = superlu_forward_and_gradient(rough_log_k(shape), problem)
+            difference = ((ours_grad - check).abs().max() / check.abs().max()).item()
+            print(
+                f"| {shape[0]}x{shape[1]} | {1e3 * ours:.1f} | {1e3 * baseline:.1f} | {baseline / ours:.1f}x | "
+                f"{difference:.1e} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
