@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from flowlearn.bridge.julia import JuliaUnavailableError, julia2pytorch, runtime
+
+if TYPE_CHECKING:
+    from flowlearn.darcy import DarcyProblem
 
 # Where a source checkout keeps the Julia package that bridge/juliapkg.json declares as a dev path dependency.
 BRIDGE_PACKAGE = Path(__file__).resolve().parents[2] / "julia" / "DPFEHMBridge"
@@ -55,16 +58,16 @@ class DPFEHMSolver:
             ) from error
         self._lock = julia.lock
         self._solve = julia2pytorch("DPFEHMBridge.pressure", "import DPFEHMBridge")
-        self._problems: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._problems: weakref.WeakKeyDictionary[DarcyProblem, Any] = weakref.WeakKeyDictionary()
 
-    def pressure(self, log_k: torch.Tensor, problem: Any) -> torch.Tensor:
+    def pressure(self, log_k: torch.Tensor, problem: DarcyProblem) -> torch.Tensor:
         """Pressure (head, metres) at every node, differentiable in ``log_k``.
 
         Args:
             log_k: Natural log of the node conductivity (K in m/s), image layout (rows = y, columns = x), any
                 floating dtype and device: ``(B, H, W)`` or ``(B, D, H, W)``, or unbatched ``problem.grid.shape``.
                 Values at inactive nodes are not used.
-            problem: A ``flowlearn.darcy.DarcyProblem`` (grid, Dirichlet mask and values, sources, active mask).
+            problem: Grid, Dirichlet mask and values, sources and active mask.
 
         Returns:
             float64 tensor shaped like ``log_k`` on its device: the solved head at free nodes, the Dirichlet value
@@ -78,17 +81,14 @@ class DPFEHMSolver:
                 f"log_k has shape {tuple(log_k.shape)}; the problem's grid needs {shape} or (B, *{shape})"
             )
         julia_problem = self._julia_problem(problem)
-        dim = len(shape)
-        # DPFEHM's node order is the Fortran order of the image: reverse the image axes, then flatten.
-        to_nodes = (0, *range(dim, 0, -1))
-        nodes = batch.to(torch.float64).permute(to_nodes).reshape(batch.shape[0], -1)
-        heads = torch.stack([self._solve(sample, julia_problem) for sample in nodes])
-        image = heads.reshape(batch.shape[0], *reversed(shape)).permute(to_nodes)
+        # DPFEHM's node order is the grid's (the Fortran order of the image).
+        nodes = problem.grid.to_nodes(batch.to(torch.float64))
+        image = problem.grid.to_image(torch.stack([self._solve(sample, julia_problem) for sample in nodes]))
         active = torch.as_tensor(np.asarray(problem.active, dtype=bool), device=image.device)
         image = torch.where(active, image, torch.nan)
         return image.squeeze(0) if unbatched else image
 
-    def _julia_problem(self, problem: Any) -> Any:
+    def _julia_problem(self, problem: DarcyProblem) -> Any:
         """DPFEHMBridge's Problem for ``problem``, built once per problem object."""
         if problem not in self._problems:
             grid = problem.grid
@@ -98,7 +98,7 @@ class DPFEHMSolver:
                 )
 
             def nodes(image: Any, dtype: type) -> np.ndarray:
-                return np.ascontiguousarray(np.asarray(image, dtype=dtype).reshape(-1, order="F"))
+                return np.ascontiguousarray(grid.to_nodes(np.asarray(image, dtype=dtype)))
 
             with self._lock:
                 self._problems[problem] = self._bridge.Problem(
