@@ -277,6 +277,25 @@ class TestDPFEHMAgainstNative:
         log_k = torch.randn(1, 32, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
         self._compare(solver, log_k, DarcyProblem.fracture((32, 40)))
 
+    def test_3d_with_sources_and_inactive_nodes(self, solver):
+        from flowlearn.darcy import DarcyProblem
+        from flowlearn.grid import Grid
+
+        rng = np.random.default_rng(2)
+        shape = (4, 6, 7)
+        dirichlet = np.zeros(shape, dtype=bool)
+        dirichlet[..., 0] = dirichlet[..., -1] = True
+        active = rng.random(shape) > 0.1
+        active[..., 0] = active[..., -1] = True
+        values = np.where(dirichlet, rng.random(shape), 0.0)
+        sources = np.where(rng.random(shape) > 0.9, rng.normal(size=shape) * 1e-3, 0.0)
+        problem = DarcyProblem(
+            Grid.from_image(shape, spacing=0.5), dirichlet, values, sources=sources, active=active,
+            drop_unconnected=True,
+        )  # fmt: skip
+        log_k = torch.from_numpy(rng.normal(size=(2, *shape)))
+        self._compare(solver, log_k, problem)
+
     @pytest.mark.skipif(not EXAMPLE.is_file(), reason=f"needs {EXAMPLE}")
     def test_example_fracture(self, solver):
         import h5py

@@ -159,9 +159,10 @@ class _ForeignOp(torch.autograd.Function):
                 f"{ctx.fn.name}: forward-mode AD (jvp, jacfwd) needs a pushforward, and none was given"
             )
         args = _fill(ctx.template, ctx.saved_tensors)
+        # The pushforward gets a tangent at every floating tensor argument (zeros where none was given).
         dense = tuple(
-            (torch.zeros_like(a) if t is None else t) if i in _floating_positions(args) else None
-            for i, (a, t) in enumerate(zip(args, tangents[1:]))
+            (torch.zeros_like(a) if t is None else t) if _is_floating(a) else None
+            for a, t in zip(args, tangents[1:])
         )
         return (*_Pushforward.apply(ctx.fn, ctx.tape, len(args), *args, *dense), None)
 
