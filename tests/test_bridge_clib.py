@@ -262,12 +262,15 @@ def test_the_racy_function_does_race_when_called_without_the_lock(clib):
     assert any(not torch.equal(r, 2 * x) for r, x in zip(results, inputs))
 
 
-def test_lock_serialises_concurrent_calls(clib):
-    racy = clib.function("fl_racy", output_shapes=lambda x: [x])
+@pytest.mark.parametrize("handles", ["one", "two"])
+def test_lock_serialises_concurrent_calls(clib, handles):
+    # Two CLibrary objects of one file share the file's global state, so they must share its lock too.
+    libraries = [clib, clib if handles == "one" else CLibrary(clib.path)]
+    ops = [lib.function("fl_racy", output_shapes=lambda x: [x]) for lib in libraries]
     inputs = [torch.full((16,), float(i), dtype=torch.float64, requires_grad=True) for i in range(8)]
 
     def call(x: torch.Tensor) -> torch.Tensor:
-        y = racy(x, 2.0)
+        y = ops[int(x[0].item()) % 2](x, 2.0)
         (g,) = torch.autograd.grad(y.sum(), x)
         return torch.cat([y.detach(), g])
 

@@ -57,6 +57,9 @@ _I64 = ctypes.c_int64
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 _DOUBLE_PP = ctypes.POINTER(_DOUBLE_P)
 _I64_P = ctypes.POINTER(_I64)
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
 _INPUTS = [_DOUBLE_PP, _I64_P, _I64, _DOUBLE_P, _I64]  # x, nx, n_x, p, n_p
 _OUTPUTS = [_DOUBLE_PP, _I64_P, _I64]  # y (or ybar, ydot), ny, n_y
 _MESSAGE = [ctypes.c_char_p, _I64]  # msg, msg_len
@@ -75,8 +78,10 @@ class CLibrary:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lib = ctypes.CDLL(str(self.path))
-        # One lock per library: its functions may share global state.
-        self._lock = threading.Lock()
+        # One lock per library file, shared by all its functions and all CLibrary objects of that file: the loader
+        # maps a file once per process, so they all share its global state.
+        with _LOCKS_LOCK:
+            self._lock = _LOCKS.setdefault(self.path.resolve(), threading.Lock())
 
     def function(
         self,
