@@ -182,8 +182,7 @@ def _check_boundaries(fracture: Fracture, path: str | os.PathLike) -> None:
             )
 
 
-@contextlib.contextmanager
-def _open(path: str | os.PathLike) -> Iterator[h5py.File]:
+def open_file(path: str | os.PathLike) -> h5py.File:
     """Open read-only, turning the ways a file can fail to be HDF5 into clear validation errors."""
     p = Path(path)
     if not p.exists():
@@ -193,9 +192,14 @@ def _open(path: str | os.PathLike) -> Iterator[h5py.File]:
     if not h5py.is_hdf5(p):
         raise DataValidationError(f"{p}: not an HDF5 file (no HDF5 signature)")
     try:
-        f = h5py.File(p, "r")
+        return h5py.File(p, "r")
     except OSError as err:
         raise DataValidationError(f"{p}: truncated or corrupt HDF5 file ({err})") from err
+
+
+@contextlib.contextmanager
+def _open(path: str | os.PathLike) -> Iterator[h5py.File]:
+    f = open_file(path)
     try:
         yield f
     finally:
@@ -316,6 +320,14 @@ def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
             shape = tuple(g[key].shape)
             infos.append(FractureInfo(name, shape[2:] if layout == "original" else shape))
         return infos
+
+
+def read_open(f: h5py.File, name: str, validate: bool = True) -> Fracture:
+    """Read the group ``name`` from an already open file of either layout (for readers that keep a handle)."""
+    fracture = _read_group(f.filename, f, name, detect_layout(f, f.filename))
+    if validate:
+        validate_fracture(fracture, f.filename)
+    return fracture
 
 
 def read_fracture(path: str | os.PathLike, name: str, validate: bool = True) -> Fracture:

@@ -1,0 +1,258 @@
+"""Fracture datasets for training: a torch Dataset over HDF5 groups and a LightningDataModule around it.
+
+A batch is a dict:
+
+- ``aperture``: float (B, H, W), the aperture map in the file's unit (metres for the flowlearn layout);
+- ``pressure``: float (B, H, W), the reference pressure, mapped to ``heads`` when set (default inlet 2, outlet 1);
+- ``active``: bool (B, H, W), cells that carry flow (aperture > 0 and inside the file's mask);
+- ``inlet_pressure``, ``outlet_pressure``: float (B,), the pressures at the inlet and outlet faces of ``pressure``;
+- ``name``: list of B strings, ``"<file stem>/<group>"``.
+
+Float tensors have the DataModule's ``dtype`` (float64 by default, the precision of the pressure solve). One batch
+holds fractures of one shape only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from flowlearn.data.schema import list_fractures, open_file, read_open
+
+
+@dataclass(frozen=True)
+class FractureRef:
+    """Where one fracture lives: file, group, and its array shape."""
+
+    path: str
+    name: str
+    shape: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{Path(self.path).stem}/{self.name}"
+
+
+def find_fractures(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[FractureRef]:
+    """Every fracture of the given files, in file order and then group-name order."""
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    return [FractureRef(os.fspath(p), info.name, info.shape) for p in paths for info in list_fractures(p)]
+
+
+def split_fractures(
+    refs: Sequence[FractureRef], fractions: tuple[float, float, float], seed: int
+) -> tuple[list[FractureRef], list[FractureRef], list[FractureRef]]:
+    """Deterministic train/val/test split by fracture.
+
+    The fractures are sorted by key and permuted with ``numpy.random.default_rng(seed)``, so the split depends only
+    on the set of keys and the seed, not on file order. Each part with a positive fraction gets at least one
+    fracture when there are enough; the three parts are disjoint and together hold every fracture.
+    """
+    if len(fractions) != 3 or any(f < 0 for f in fractions) or not np.isclose(sum(fractions), 1.0):
+        raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {fractions}")
+    ordered = sorted(refs, key=lambda r: r.key)
+    if len({r.key for r in ordered}) != len(ordered):
+        raise ValueError("fracture keys (file stem/group) must be unique across files")
+    n = len(ordered)
+    # Val and test get at least one fracture each when asked for and there are enough; train takes the rest.
+    n_val, n_test = (max(round(f * n), 1 if f > 0 and n >= 3 else 0) for f in fractions[1:])
+    counts = [n - n_val - n_test, n_val, n_test]
+    if counts[0] < 0 or (fractions[0] > 0 and counts[0] == 0):
+        raise ValueError(f"{n} fractures are too few for the split fractions {fractions}")
+    order = np.random.default_rng(seed).permutation(n)
+    parts = np.split(order, np.cumsum(counts)[:2])
+    train, val, test = ([ordered[i] for i in sorted(part)] for part in parts)
+    return train, val, test
+
+
+class FractureDataset(Dataset):
+    """One item per fracture: the dict described in the module docstring, without the batch dimension.
+
+    HDF5 files are opened on first access in each process and the handles are keyed by process id, so a
+    DataLoader worker started by fork never reads through a handle its parent opened; pickling drops them.
+    """
+
+    def __init__(
+        self,
+        refs: Sequence[FractureRef],
+        heads: tuple[float, float] | None = (2.0, 1.0),
+        dtype: torch.dtype = torch.float64,
+    ) -> None:
+        self.refs = list(refs)
+        self.heads = heads
+        self.dtype = dtype
+        self._files: dict[str, h5py.File] = {}
+        self._pid: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_files"], state["_pid"] = {}, None
+        return state
+
+    def _file(self, path: str) -> h5py.File:
+        if self._pid != os.getpid():
+            # Inherited handles belong to the parent process; forget them without closing the parent's files.
+            self._files, self._pid = {}, os.getpid()
+        if path not in self._files:
+            self._files[path] = open_file(path)
+        return self._files[path]
+
+    def close(self) -> None:
+        """Close the handles this process opened."""
+        if self._pid == os.getpid():
+            for f in self._files.values():
+                f.close()
+        self._files, self._pid = {}, None
+
+    def __getitem__(self, index: int) -> dict:
+        ref = self.refs[index]
+        fr = read_open(self._file(ref.path), ref.name)
+        pressure = fr.pressure.astype(np.float64)
+        inlet, outlet = fr.inlet_pressure, fr.outlet_pressure
+        if self.heads is not None:
+            pressure = self.heads[1] + (pressure - outlet) * (self.heads[0] - self.heads[1]) / (
+                inlet - outlet
+            )
+            inlet, outlet = self.heads
+        return {
+            "aperture": torch.as_tensor(fr.aperture.astype(np.float64), dtype=self.dtype),
+            "pressure": torch.as_tensor(pressure, dtype=self.dtype),
+            "active": torch.as_tensor(fr.active),
+            "inlet_pressure": torch.tensor(inlet, dtype=self.dtype),
+            "outlet_pressure": torch.tensor(outlet, dtype=self.dtype),
+            "name": ref.key,
+        }
+
+
+class SameShapeBatchSampler(Sampler[list[int]]):
+    """Batches of indices whose fractures share one shape.
+
+    With ``shuffle`` the batches are re-drawn every epoch from ``seed`` and the epoch number (set by
+    :meth:`set_epoch`), so runs are reproducible; without it the order is fixed.
+    """
+
+    def __init__(
+        self,
+        shapes: Sequence[tuple[int, ...]],
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.shapes = list(shapes)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        rng = np.random.default_rng((self.seed, self.epoch))
+        groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i, shape in enumerate(self.shapes):
+            groups[tuple(shape)].append(i)
+        batches = []
+        for shape in sorted(groups):
+            idx = groups[shape]
+            if self.shuffle:
+                idx = [idx[i] for i in rng.permutation(len(idx))]
+            for start in range(0, len(idx), self.batch_size):
+                chunk = idx[start : start + self.batch_size]
+                if len(chunk) == self.batch_size or not self.drop_last:
+                    batches.append(chunk)
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return len(self._batches())
+
+
+class FractureDataModule(L.LightningDataModule):
+    """Train/val/test loaders over one or more fracture files (either layout; see :mod:`flowlearn.data.schema`).
+
+    Args:
+        paths: one HDF5 file or several.
+        batch_size: fractures per batch; every batch holds one shape.
+        fractions: train, val and test fractions of the fractures.
+        seed: seed of the split and of the training shuffle.
+        heads: map each fracture's declared (inlet, outlet) pressures onto these; None keeps the file's values.
+        dtype: dtype of the float tensors.
+        num_workers: DataLoader worker processes; HDF5 handles are opened inside each worker.
+    """
+
+    def __init__(
+        self,
+        paths: str | os.PathLike | Sequence[str | os.PathLike],
+        batch_size: int = 4,
+        fractions: tuple[float, float, float] = (0.75, 0.125, 0.125),
+        seed: int = 0,
+        heads: tuple[float, float] | None = (2.0, 1.0),
+        dtype: torch.dtype = torch.float64,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        self.paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+        self.batch_size = batch_size
+        self.fractions = tuple(fractions)
+        self.seed = seed
+        self.heads = heads
+        self.dtype = dtype
+        self.num_workers = num_workers
+        self.splits: dict[str, FractureDataset] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        train, val, test = split_fractures(find_fractures(self.paths), self.fractions, self.seed)
+        self.splits = {
+            name: FractureDataset(refs, heads=self.heads, dtype=self.dtype)
+            for name, refs in (("train", train), ("val", val), ("test", test))
+        }
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        self.setup()
+        dataset = self.splits[split]
+        sampler = SameShapeBatchSampler(
+            [r.shape for r in dataset.refs], self.batch_size, shuffle=shuffle, seed=self.seed
+        )
+        return DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def teardown(self, stage: str | None = None) -> None:
+        for dataset in self.splits.values():
+            dataset.close()
