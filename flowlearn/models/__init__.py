@@ -1,0 +1,14 @@
+"""Correction models and permeability laws."""
+
+from flowlearn.models.correction import CNNCorrection, PixelCorrection
+from flowlearn.models.laws import CubicLaw, ExponentLaw, PermeabilityLaw, TransmissivityLaw, cubic_law_log_k
+
+__all__ = [
+    "CNNCorrection",
+    "CubicLaw",
+    "ExponentLaw",
+    "PermeabilityLaw",
+    "PixelCorrection",
+    "TransmissivityLaw",
+    "cubic_law_log_k",
+]

@@ -1,0 +1,110 @@
+"""The training job behind ``python train.py``: build everything from a Hydra config, fit, test, write outputs.
+
+Outputs, in the run directory (Hydra's output directory):
+
+- ``checkpoints/last.ckpt`` and ``checkpoints/best-*.ckpt``;
+- ``metrics.csv`` (or TensorBoard event files with ``logger=tensorboard``);
+- ``predictions.h5``: per fracture, the aperture, the learned correction, log k, the predicted and cubic-law
+  pressure and the reference pressure (see :func:`flowlearn.predict.write_predictions`);
+- ``.hydra/config.yaml``: the resolved config, from which ``flowlearn predict`` rebuilds the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate, to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+
+from flowlearn.config import ConfigError, validate_config
+from flowlearn.data.schema import DataValidationError
+from flowlearn.errors import ConvergenceError, ProblemError, SolveInputError
+from flowlearn.module import FractureFlowModule
+from flowlearn.predict import build_correction, write_predictions
+
+log = logging.getLogger(__name__)
+
+# Failures that are about the user's input or environment: reported as one line, not a stack trace.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigError,
+    DataValidationError,
+    ProblemError,
+    SolveInputError,
+    ConvergenceError,
+    FileNotFoundError,
+    FloatingPointError,
+)
+
+
+def run(cfg: DictConfig) -> float | None:
+    """Hydra entry point: train into Hydra's output directory; user errors exit with one line on stderr."""
+    try:
+        metrics = train(cfg, HydraConfig.get().runtime.output_dir)
+    except Exception as error:
+        cause = _user_error(error)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
+        sys.exit(1)
+    return metrics.get("val/mse")
+
+
+def _user_error(error: BaseException | None) -> BaseException | None:
+    """The user-facing error behind ``error`` (Hydra wraps constructor failures), or None."""
+    from flowlearn.bridge.dpfehm import JuliaUnavailableError
+
+    while error is not None:
+        if isinstance(error, (*USER_ERRORS, JuliaUnavailableError)):
+            return error
+        error = error.__cause__
+    return None
+
+
+def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
+    """Fit the configured model and write the run's outputs to ``run_dir``; returns the final logged metrics."""
+    # Lightning stores epoch-level logged values in the default dtype; keep every metric in float64.
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        return _train(cfg, Path(run_dir))
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
+    validate_config(cfg)
+    L.seed_everything(cfg.seed, workers=True)
+    paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
+    cfg.data.path = [to_absolute_path(str(p)) for p in paths]
+    data_kwargs = OmegaConf.to_container(cfg.data, resolve=True)
+    data_kwargs["paths"] = data_kwargs.pop("path")
+    datamodule = instantiate(data_kwargs)
+    datamodule.setup("fit")
+    train_shapes = sorted({ref.shape for ref in datamodule.splits["train"].refs})
+    if not train_shapes:
+        raise ConfigError(
+            f"data: no training fracture in {cfg.data.path} with fractions {list(cfg.data.fractions)}"
+        )
+
+    law = instantiate(cfg.law)
+    correction = build_correction(cfg.model, law, datamodule.splits["train"].refs)
+    solver = instantiate(cfg.solver)  # a missing backend (Julia, GPU) fails here, before any training
+    module = FractureFlowModule(correction, law, solver, optimizer=instantiate(cfg.optimizer))
+
+    callbacks = [instantiate(c) for c in cfg.callbacks.values()]
+    logger = instantiate(cfg.logger)
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
+    ckpt_path = to_absolute_path(cfg.ckpt_path) if cfg.ckpt_path else None
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    if datamodule.splits["test"].refs:
+        trainer.test(module, datamodule=datamodule, verbose=False)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if trainer.is_global_zero:
+        write_predictions(module, datamodule, run_dir / "predictions.h5")
+        log.info("outputs written to %s", run_dir)
+    return metrics

@@ -1,0 +1,22 @@
+"""Train a permeability correction: ``python train.py [group=option ...] [key=value ...]``.
+
+A thin Hydra shell around :func:`flowlearn.train.run`; configs/train.yaml lists the config groups.
+"""
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+OmegaConf.register_new_resolver("repo_root", lambda: str(Path(__file__).resolve().parent), replace=True)
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    from flowlearn.train import run
+
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()
