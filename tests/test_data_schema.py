@@ -95,6 +95,12 @@ def test_flowlearn_round_trip_keeps_arrays_mask_and_provenance(tmp_path):
     assert got[1].voxel_size == 1e-5
 
 
+def test_written_file_gets_the_ordinary_mode(tmp_path):
+    write_fractures(tmp_path / "m.h5", [make_fracture()])
+    (tmp_path / "plain").touch()
+    assert (tmp_path / "m.h5").stat().st_mode == (tmp_path / "plain").stat().st_mode
+
+
 def test_zero_apertures_are_inactive_cells_not_errors(tmp_path):
     fr = make_fracture()
     fr.aperture[3, 4] = 0.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -90,7 +90,8 @@ def generate_dataset(config: DatasetConfig, path: str | os.PathLike, progress: b
         fracture = generate_fracture(
             config.roughness(i), config.lbm, config.voxel_size, f"fracture_{i:03d}", progress=progress
         )
-        fracture.provenance["dataset"] = {**asdict(replace(config, lbm=None)), "index": i}
+        dataset = {k: v for k, v in asdict(config).items() if k != "lbm"}
+        fracture.provenance["dataset"] = {**dataset, "index": i}
         fractures.append(fracture)
     write_fractures(path, fractures)
     lbm = [fr.provenance["lbm"] for fr in fractures]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 import os
+import platform
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -132,7 +133,7 @@ class LBMResult:
 
 def library_versions() -> dict[str, str]:
     """Versions of the packages that shape the LBM result."""
-    versions = {}
+    versions = {"python": platform.python_version()}
     for pkg in ("lbmpy", "pystencils", "numpy", "scipy", "sympy", "flowlearn"):
         try:
             versions[pkg] = importlib.metadata.version(pkg)

@@ -1,0 +1,133 @@
+"""The ``flowlearn`` command.
+
+Each subcommand is one ``_add_<name>(subparsers)`` function that declares its arguments and sets ``run`` to the
+function that executes it; :data:`COMMANDS` lists them. A new subcommand is one more such function in the tuple.
+Optional dependencies (lbmpy) are imported only when a subcommand that needs them runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from flowlearn.data.schema import DataValidationError
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    from flowlearn.data.schema import convert
+
+    count = convert(args.src, args.dst, layout=args.layout)
+    print(f"wrote {count} fracture(s) to {args.dst} in the {args.layout} layout")
+    return 0
+
+
+def _add_convert(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "convert",
+        help="convert a fracture file between the flowlearn and the original HDF5 layouts",
+        description="Read every fracture of SRC (either layout), validate it, and write DST atomically.",
+    )
+    p.add_argument("src", help="input HDF5 file (flowlearn or original layout)")
+    p.add_argument("dst", help="output HDF5 file")
+    p.add_argument("--layout", choices=("flowlearn", "original"), default="flowlearn", help="layout of DST")
+    p.set_defaults(run=_run_convert)
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    from flowlearn.data.generate import DatasetConfig, generate_dataset
+    from flowlearn.data.lbm import LBMSettings
+
+    lbm = LBMSettings(
+        omega=args.omega,
+        density_drop=args.density_drop,
+        tolerance=args.tolerance,
+        check_interval=args.check_interval,
+        max_steps=args.max_steps,
+        target=args.target,
+        threads=args.threads,
+        reservoir=args.reservoir,
+    )
+    config = DatasetConfig(
+        count=args.count,
+        shape=tuple(args.shape),
+        hurst=args.hurst,
+        rms=args.rms,
+        mean_aperture=args.mean_aperture,
+        mismatch_length=args.mismatch_length,
+        seed=args.seed,
+        voxel_size=args.voxel_size,
+        lbm=lbm,
+    )
+    summary = generate_dataset(config, args.output, progress=not args.quiet)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _add_generate(subparsers: argparse._SubParsersAction) -> None:
+    from flowlearn.data.generate import DatasetConfig
+    from flowlearn.data.lbm import LBMSettings
+
+    d, s = DatasetConfig(), LBMSettings()
+    p = subparsers.add_parser(
+        "generate",
+        help="generate rough fractures and their LBM reference pressure (needs flowlearn[lbm])",
+        description="Synthesise self-affine rough fractures, run lbmpy to steady state on each, and write the "
+        "aperture-averaged pressure (inlet 2, outlet 1) with provenance to OUTPUT. Lengths are in voxels.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("output", help="HDF5 file to write (flowlearn layout)")
+    g = p.add_argument_group("fractures")
+    g.add_argument("--count", type=int, default=d.count, help="number of fractures")
+    g.add_argument("--shape", type=int, nargs=2, default=list(d.shape), metavar=("H", "W"), help="map size")
+    g.add_argument("--hurst", type=float, default=d.hurst, help="Hurst exponent of each wall")
+    g.add_argument("--rms", type=float, default=d.rms, help="rms height of each wall (voxels)")
+    g.add_argument(
+        "--mean-aperture", type=float, default=d.mean_aperture, help="mean wall separation (voxels)"
+    )
+    g.add_argument(
+        "--mismatch-length", type=float, default=d.mismatch_length, help="walls match above this wavelength"
+    )
+    g.add_argument("--seed", type=int, default=d.seed, help="seed of the first fracture (then +1 each)")
+    g.add_argument("--voxel-size", type=float, default=d.voxel_size, help="metres per voxel")
+    g = p.add_argument_group("LBM")
+    g.add_argument("--omega", type=float, default=s.omega, help="TRT symmetric relaxation rate")
+    g.add_argument("--density-drop", type=float, default=s.density_drop, help="inlet minus outlet density")
+    g.add_argument("--tolerance", type=float, default=s.tolerance, help="steady-state relative change")
+    g.add_argument("--check-interval", type=int, default=s.check_interval, help="steps between checks")
+    g.add_argument("--max-steps", type=int, default=s.max_steps, help="fail when not steady by then")
+    g.add_argument("--target", choices=("auto", "cpu", "gpu"), default=s.target, help="where lbmpy runs")
+    g.add_argument("--threads", type=int, default=s.threads, help="OpenMP threads (default: all cores)")
+    g.add_argument(
+        "--reservoir", type=int, default=s.reservoir, help="open columns before/after the fracture"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(run=_run_generate)
+
+
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_convert, _add_generate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flowlearn", description="flowlearn: fracture data, LBM references and permeability corrections."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``flowlearn`` console script; returns the process exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (DataValidationError, FileNotFoundError) as err:
+        print(f"flowlearn {args.command}: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
