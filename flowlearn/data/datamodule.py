@@ -193,7 +193,7 @@ class FractureDataModule(L.LightningDataModule):
     """Train/val/test loaders over one or more fracture files (either layout; see :mod:`flowlearn.data.schema`).
 
     Args:
-        paths: one HDF5 file or several.
+        path: one HDF5 file or a list of them.
         batch_size: fractures per batch; every batch holds one shape.
         fractions: train, val and test fractions of the fractures.
         seed: seed of the split and of the training shuffle.
@@ -204,7 +204,7 @@ class FractureDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        paths: str | os.PathLike | Sequence[str | os.PathLike],
+        path: str | os.PathLike | Sequence[str | os.PathLike],
         batch_size: int = 4,
         fractions: tuple[float, float, float] = (0.75, 0.125, 0.125),
         seed: int = 0,
@@ -213,11 +213,11 @@ class FractureDataModule(L.LightningDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        self.paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+        self.paths = [path] if isinstance(path, str | os.PathLike) else list(path)
         self.batch_size = batch_size
         self.fractions = tuple(fractions)
         self.seed = seed
-        self.heads = heads
+        self.heads = None if heads is None else (float(heads[0]), float(heads[1]))
         self.dtype = dtype
         self.num_workers = num_workers
         self.splits: dict[str, FractureDataset] = {}
