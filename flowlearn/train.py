@@ -81,9 +81,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
     cfg.data.path = [to_absolute_path(str(p)) for p in paths]
-    data_kwargs = OmegaConf.to_container(cfg.data, resolve=True)
-    data_kwargs["paths"] = data_kwargs.pop("path")
-    datamodule = instantiate(data_kwargs)
+    datamodule = instantiate(cfg.data)
     datamodule.setup("fit")
     train_shapes = sorted({ref.shape for ref in datamodule.splits["train"].refs})
     if not train_shapes:

@@ -76,7 +76,7 @@ class DarcyProblem:
     @classmethod
     def fracture(
         cls,
-        shape: tuple[int, int],
+        shape: tuple[int, ...],
         inlet: float = 2.0,
         outlet: float = 1.0,
         active: np.ndarray | None = None,
@@ -85,16 +85,17 @@ class DarcyProblem:
         drop_unconnected: bool = False,
     ) -> DarcyProblem:
         """The original fracture setup: flow along x, head ``inlet`` on column 0 and ``outlet`` on the last
-        column (corners included), no-flow top and bottom rows, no sources.
+        column (corners included), no-flow elsewhere on the boundary, no sources.
 
-        ``shape`` is the image shape (H, W); the grid spans ``[0, W*pixel_size] x [0, H*pixel_size]`` metres
-        with one node per pixel and out-of-plane ``thickness`` (metres).
+        ``shape`` is the image shape (H, W), or (D, H, W) for a volume; the grid spans
+        ``[0, W*pixel_size] x [0, H*pixel_size] (x [0, D*pixel_size])`` metres with one node per pixel and, in
+        2D, out-of-plane ``thickness`` (metres).
         """
         grid = Grid.from_image(shape, spacing=pixel_size, thickness=thickness)
         dirichlet = np.zeros(shape, dtype=bool)
-        dirichlet[:, 0] = dirichlet[:, -1] = True
+        dirichlet[..., 0] = dirichlet[..., -1] = True
         values = np.zeros(shape)
-        values[:, 0], values[:, -1] = inlet, outlet
+        values[..., 0], values[..., -1] = inlet, outlet
         return cls(grid, dirichlet, values, active=active, drop_unconnected=drop_unconnected)
 
     @cached_property
