@@ -65,7 +65,7 @@ class SystemLayout:
         self.fixed_mask = fixed
         self.active_mask = active
         self._build_pattern()
-        self._torch_cache: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+        self._torch_cache: dict = {}  # per device: index maps as tensors
         self._last_system: dict[int, tuple[np.ndarray, np.ndarray, sp.csc_matrix]] = {}
 
     def _build_pattern(self) -> None:
@@ -121,6 +121,49 @@ class SystemLayout:
         boundary = slice(self.num_free_edges, None)
         inflow = transmissibility[boundary] * heads[self.edges[boundary, 1]]
         return sources[self.free_nodes] + np.bincount(self.row_a[boundary], inflow, self.num_free)
+
+    def torch_transmissibilities(self, log_k: torch.Tensor) -> torch.Tensor:
+        """T_e as a differentiable torch op: float64 (B, num_edges) from log-conductivity (B, num_nodes), flat image
+        order, on log_k's device."""
+        node_a, node_b, aol = self.torch_tensors(log_k.device)[:3]
+        return aol * torch.exp(0.5 * (log_k[:, node_a] + log_k[:, node_b]))
+
+    def torch_matrix_values(self, transmissibility: torch.Tensor) -> torch.Tensor:
+        """Entries of A for a batch, float64 (B, nnz), from T (B, num_edges), on T's device.
+
+        They follow ``indices``/``indptr``: the CSC storage of :meth:`matrix`, which is also the CSR storage of A
+        since A is symmetric.
+        """
+        row_a, row_b, diag_pos, offdiag_pos, _ = self.torch_index_maps(transmissibility.device)
+        batch = transmissibility.shape[0]
+        t_free = transmissibility[:, : self.num_free_edges]
+        diagonal = transmissibility.new_zeros(batch, self.num_free)
+        diagonal = diagonal.index_add(1, row_a, transmissibility).index_add(1, row_b, t_free)
+        data = transmissibility.new_empty(batch, self.nnz)
+        data[:, diag_pos] = diagonal
+        data[:, offdiag_pos] = -torch.cat([t_free, t_free], dim=1)
+        return data
+
+    def torch_rhs(
+        self, transmissibility: torch.Tensor, heads: torch.Tensor, sources: torch.Tensor
+    ) -> torch.Tensor:
+        """Right-hand sides b, float64 (B, num_free), from T (B, num_edges) and heads and sources (B, num_nodes),
+        flat image order, on their device."""
+        node_b = self.torch_tensors(transmissibility.device)[1]
+        row_a, _, _, _, free_nodes = self.torch_index_maps(transmissibility.device)
+        boundary = slice(self.num_free_edges, None)
+        inflow = transmissibility[:, boundary] * heads[:, node_b[boundary]]
+        return sources[:, free_nodes].index_add(1, row_a[boundary], inflow)
+
+    def torch_index_maps(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """(row_a, row_b, diag_pos, offdiag_pos, free_nodes) as int64 tensors on ``device``."""
+        key = ("maps", device)
+        if key not in self._torch_cache:
+            arrays = (self.row_a, self.row_b, self._diag_pos, self._offdiag_pos, self.free_nodes)
+            self._torch_cache[key] = tuple(
+                torch.as_tensor(x, dtype=torch.int64, device=device) for x in arrays
+            )
+        return self._torch_cache[key]
 
     def torch_tensors(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         """(pixel_a, pixel_b, areas_over_lengths, free, fixed, active) as tensors on ``device``; flat image order."""

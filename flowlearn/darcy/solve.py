@@ -16,6 +16,10 @@ tangent Dirichlet values dh_D.
 The adjoint solve is a pressure solve itself (sources g, zero heads), and the tangent is one with sources
 dQ - dL h and heads dh_D. Both rules are therefore written with this op plus torch operations, which makes them
 differentiable again: double backward, ``hessian``, ``jacfwd``, ``jacrev`` and ``vmap(grad)`` all work.
+
+Only the forward solve depends on the device: it runs through the :class:`~flowlearn.darcy.engines.PressureEngine`
+of the chosen solver (numpy/scipy on the CPU, torch and cuDSS on a GPU), while these rules are the same torch
+operations everywhere. The ``vmap`` rule folds the vmapped dimension into the batch, so the engine sees one batch.
 """
 
 from __future__ import annotations
@@ -23,20 +27,49 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from flowlearn.bridge.dpfehm import DPFEHMSolver
+from flowlearn.darcy.engines import PressureEngine, engine_for
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.errors import SolveInputError
+from flowlearn.linalg.backends import BACKENDS
+from flowlearn.linalg.gpu import GPUSolver
 from flowlearn.linalg.reuse import SparseSolver
 
-_DEFAULT_SOLVERS: dict[str, SparseSolver] = {}
+Solver = SparseSolver | GPUSolver | DPFEHMSolver
+SOLVER_NAMES = ("auto", *BACKENDS, "gpu", "julia")
+
+_DEFAULT_SOLVERS: dict[str, Solver] = {}
 
 
-def get_solver(solver: str | SparseSolver | None = None) -> SparseSolver:
-    """A :class:`SparseSolver` for ``solver``; names map to one shared instance each, so caches persist."""
-    if isinstance(solver, SparseSolver):
+def get_solver(solver: str | Solver | None = None) -> Solver:
+    """The solver for ``solver``: a name maps to one shared instance each, so caches persist across calls.
+
+    ``"auto"`` (default), ``"cholmod"``, ``"superlu"`` and ``"amg"`` give a CPU
+    :class:`~flowlearn.linalg.reuse.SparseSolver`, ``"gpu"`` a :class:`~flowlearn.linalg.gpu.GPUSolver` on the
+    current CUDA device and ``"julia"`` a :class:`~flowlearn.bridge.dpfehm.DPFEHMSolver`; a solver object is returned
+    as it is.
+
+    Raises:
+        ValueError: an unknown name.
+        GPUUnavailableError, JuliaUnavailableError: the backend cannot run here (raised when it is first built).
+    """
+    if isinstance(solver, (SparseSolver, GPUSolver, DPFEHMSolver)):
         return solver
     name = "auto" if solver is None else solver
+    if not isinstance(name, str):
+        raise SolveInputError(
+            f"solver must be a name {list(SOLVER_NAMES)} or a SparseSolver, GPUSolver or DPFEHMSolver, got "
+            f"{type(solver).__name__}"
+        )
+    if name not in SOLVER_NAMES:
+        raise ValueError(f"unknown solver {name!r}; choose one of {list(SOLVER_NAMES)}")
     if name not in _DEFAULT_SOLVERS:
-        _DEFAULT_SOLVERS[name] = SparseSolver(name)
+        if name == "gpu":
+            _DEFAULT_SOLVERS[name] = GPUSolver()
+        elif name == "julia":
+            _DEFAULT_SOLVERS[name] = DPFEHMSolver()
+        else:
+            _DEFAULT_SOLVERS[name] = SparseSolver(name)
     return _DEFAULT_SOLVERS[name]
 
 
@@ -45,26 +78,30 @@ def solve_pressure(
     problem: DarcyProblem,
     dirichlet_values: torch.Tensor | None = None,
     sources: torch.Tensor | None = None,
-    solver: str | SparseSolver | None = None,
+    solver: str | Solver | None = None,
 ) -> torch.Tensor:
     """Steady Darcy pressure (head) at every node, differentiable in ``log_k``, ``dirichlet_values`` and ``sources``.
 
     Args:
         log_k: Natural log of the node conductivity K (m/s), image layout, float32 or float64:
             ``problem.grid.shape`` or ``(B, *problem.grid.shape)``. Values at inactive nodes are ignored (they may
-            be -inf), all others must be finite.
+            be -inf), all others must be finite. On the CPU for the CPU solvers, on the solver's CUDA device for
+            ``"gpu"``.
         problem: Grid, Dirichlet nodes, sources and active nodes.
         dirichlet_values: Heads (m) at the Dirichlet nodes, broadcastable to ``log_k``; default the problem's.
         sources: Sources Q (m^3/s, positive = injection), broadcastable to ``log_k``; default the problem's.
-        solver: Backend name (``"auto"``, ``"cholmod"``, ``"superlu"``, ``"amg"``) or a configured
-            :class:`~flowlearn.linalg.reuse.SparseSolver`.
+        solver: A name (see :func:`get_solver`: ``"auto"``, ``"cholmod"``, ``"superlu"``, ``"amg"``, ``"gpu"``,
+            ``"julia"``) or a configured :class:`~flowlearn.linalg.reuse.SparseSolver`,
+            :class:`~flowlearn.linalg.gpu.GPUSolver` or :class:`~flowlearn.bridge.dpfehm.DPFEHMSolver`. DPFEHM
+            differentiates with respect to ``log_k`` only, so it takes no ``dirichlet_values``/``sources`` tensors.
 
     Returns:
         float64 tensor shaped like ``log_k``: the solved head at free nodes, the Dirichlet value at Dirichlet nodes
         and NaN at inactive nodes (they carry no equation; mask them with ``problem.active``).
 
     Raises:
-        SolveInputError: wrong shape, dtype or device, or non-finite values at active nodes.
+        SolveInputError: wrong shape, dtype or device (for the solver), non-finite values at active nodes, or
+            ``dirichlet_values``/``sources`` tensors with the DPFEHM solver.
         ConvergenceError: an iterative solve missed its tolerance.
     """
     grid_shape = problem.grid.shape
@@ -79,24 +116,61 @@ def solve_pressure(
     if unbatched:
         log_k = log_k.unsqueeze(0)
     log_k = _as_float64(log_k, "log_k", log_k.device)
-    heads = _field(dirichlet_values, problem.dirichlet_values, "dirichlet_values", log_k)
-    flows = _field(sources, problem.sources, "sources", log_k)
-    if log_k.device.type != "cpu":
-        raise SolveInputError(
-            f"log_k is on device {log_k.device}, but the sparse solvers run on the CPU; move it with .cpu()"
-        )
-    pressure = PressureSolve.apply(log_k, heads, flows, _Call(problem, get_solver(solver), "state"))
+    if isinstance(solver, DPFEHMSolver) or (isinstance(solver, str) and solver == "julia"):
+        # Checked before get_solver starts Julia: a wrong call fails at once.
+        _reject_tensor_conditions(dirichlet_values, sources)
+    solver = get_solver(solver)
+    if isinstance(solver, DPFEHMSolver):
+        pressure = _dpfehm_pressure(solver, log_k, problem)
+    else:
+        heads = _field(dirichlet_values, problem.dirichlet_values, "dirichlet_values", log_k)
+        flows = _field(sources, problem.sources, "sources", log_k)
+        engine = engine_for(solver)
+        _check_device(log_k.device, engine, solver)
+        pressure = PressureSolve.apply(log_k, heads, flows, _Call(problem, engine, "state"))
     return pressure.squeeze(0) if unbatched else pressure
 
 
-class _Call:
-    """The non-tensor arguments of one op application: problem, solver and the role of the rhs (warm starts)."""
+def _reject_tensor_conditions(dirichlet_values: torch.Tensor | None, sources: torch.Tensor | None) -> None:
+    passed = [
+        name for name, v in (("dirichlet_values", dirichlet_values), ("sources", sources)) if v is not None
+    ]
+    if passed:
+        raise SolveInputError(
+            f"the DPFEHM solver (solver=julia) differentiates with respect to log_k only, but {' and '.join(passed)} "
+            "were passed as tensors: put them in the DarcyProblem, or use a native solver (solver='auto' or "
+            "'gpu'), which differentiates with respect to them as well"
+        )
 
-    def __init__(self, problem: DarcyProblem, solver: SparseSolver, role: str) -> None:
-        self.problem, self.solver, self.role = problem, solver, role
+
+def _dpfehm_pressure(solver: DPFEHMSolver, log_k: torch.Tensor, problem: DarcyProblem) -> torch.Tensor:
+    active = torch.from_numpy(problem.active.reshape(-1)).to(log_k.device)
+    _check_finite(log_k.detach().reshape(log_k.shape[0], -1), active, "log_k", problem)
+    return solver.pressure(log_k, problem)
+
+
+def _check_device(device: torch.device, engine: PressureEngine, solver: Solver) -> None:
+    if device == engine.device:
+        return
+    if isinstance(solver, SparseSolver):
+        raise SolveInputError(
+            f"log_k is on device {device}, but solver {solver.name!r} runs on the CPU; move the tensors with "
+            ".cpu(), or pass solver='gpu' to solve CUDA tensors on their GPU"
+        )
+    raise SolveInputError(
+        f"log_k is on device {device}, but the GPU solver runs on {engine.device}; move the tensors with "
+        f".to('{engine.device}'), or pass a CPU solver (solver='auto') for CPU tensors"
+    )
+
+
+class _Call:
+    """The non-tensor arguments of one op application: problem, engine and the role of the rhs (warm starts)."""
+
+    def __init__(self, problem: DarcyProblem, engine: PressureEngine, role: str) -> None:
+        self.problem, self.engine, self.role = problem, engine, role
 
     def with_role(self, role: str) -> _Call:
-        return _Call(self.problem, self.solver, role)
+        return _Call(self.problem, self.engine, role)
 
 
 class PressureSolve(torch.autograd.Function):
@@ -107,18 +181,13 @@ class PressureSolve(torch.autograd.Function):
         problem = call.problem
         layout = problem.layout
         batch = log_k.shape[0]
-        log_k_nodes, head_nodes, flow_nodes = (
-            x.detach().reshape(batch, -1).cpu().numpy() for x in (log_k, heads, flows)
-        )
-        _check_finite(log_k_nodes, layout.active_mask, "log_k", problem)
-        _check_finite(head_nodes, layout.fixed_mask, "dirichlet_values", problem)
-        _check_finite(flow_nodes, layout.active_mask, "sources", problem)
-        pressure = np.where(layout.active_mask, head_nodes, np.nan)
-        for slot in range(batch):
-            transmissibility, matrix = layout.system(slot, log_k_nodes[slot])
-            rhs = layout.rhs(transmissibility, head_nodes[slot], flow_nodes[slot])
-            pressure[slot, layout.free_nodes] = call.solver.solve(layout, slot, call.role, matrix, rhs)
-        return torch.from_numpy(pressure).reshape(log_k.shape).to(log_k.device)
+        log_k_nodes, head_nodes, flow_nodes = (x.detach().reshape(batch, -1) for x in (log_k, heads, flows))
+        _, _, _, _, fixed, active = layout.torch_tensors(log_k.device)
+        _check_finite(log_k_nodes, active, "log_k", problem)
+        _check_finite(head_nodes, fixed, "dirichlet_values", problem)
+        _check_finite(flow_nodes, active, "sources", problem)
+        pressure = call.engine.solve_layout(layout, log_k_nodes, head_nodes, flow_nodes, call.role)
+        return pressure.reshape(log_k.shape)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -132,7 +201,8 @@ class PressureSolve(torch.autograd.Function):
         log_k, heads, pressure = ctx.saved_tensors
         call = ctx.call
         problem = call.problem
-        node_a, node_b, aol, free, fixed, _ = problem.layout.torch_tensors(log_k.device)
+        layout = problem.layout
+        node_a, node_b, _, free, fixed, _ = layout.torch_tensors(log_k.device)
         shape = log_k.shape
         flat = _flattener(shape[0])
         # The adjoint system is the forward system with sources g and zero heads.
@@ -140,7 +210,7 @@ class PressureSolve(torch.autograd.Function):
         adjoint = PressureSolve.apply(log_k, torch.zeros_like(heads), grad, call.with_role("adjoint"))
         lam = torch.where(free, flat(adjoint), 0.0)
         h, u = flat(pressure), flat(log_k)
-        t = aol * torch.exp(0.5 * (u[:, node_a] + u[:, node_b]))
+        t = layout.torch_transmissibilities(u)
         lam_diff = lam[:, node_a] - lam[:, node_b]
         dloss_dt = -lam_diff * (h[:, node_a] - h[:, node_b])
         grad_log_k = _scatter_edges(0.5 * dloss_dt * t, node_a, node_b, u)
@@ -156,14 +226,15 @@ class PressureSolve(torch.autograd.Function):
         log_k, pressure = ctx.saved_tensors
         call = ctx.call
         problem = call.problem
-        node_a, node_b, aol, _, _, active = problem.layout.torch_tensors(log_k.device)
+        layout = problem.layout
+        node_a, node_b, _, _, _, active = layout.torch_tensors(log_k.device)
         shape = log_k.shape
         flat = _flattener(shape[0])
         d_log_k, d_heads, d_flows = (
             torch.zeros_like(log_k) if d is None else d for d in (d_log_k, d_heads, d_flows)
         )
         u, h, du = flat(log_k), flat(pressure), flat(d_log_k)
-        t = aol * torch.exp(0.5 * (u[:, node_a] + u[:, node_b]))
+        t = layout.torch_transmissibilities(u)
         dt = 0.5 * t * (du[:, node_a] + du[:, node_b])
         flux_change = _scatter_edges(dt * (h[:, node_a] - h[:, node_b]), node_a, node_b, u, sign=-1.0)
         tangent = PressureSolve.apply(
@@ -223,12 +294,14 @@ def _field(value: torch.Tensor | None, default: np.ndarray, name: str, like: tor
         ) from None
 
 
-def _check_finite(values: np.ndarray, where: np.ndarray, name: str, problem: DarcyProblem) -> None:
-    bad = ~np.isfinite(values) & where
-    if bad.any():
+def _check_finite(values: torch.Tensor, where: torch.Tensor, name: str, problem: DarcyProblem) -> None:
+    """Raise when ``values`` (B, num_nodes) has a non-finite entry where the bool mask ``where`` (num_nodes,) is
+    set, naming the batch item and the pixel."""
+    bad = ~torch.isfinite(values) & where
+    if bool(bad.any()):
         count = int(bad.sum())
-        sample, node = (int(i) for i in np.argwhere(bad)[0])
-        kinds = f"{int(np.isnan(values[bad]).sum())} NaN, {int(np.isinf(values[bad]).sum())} inf"
+        sample, node = (int(i) for i in bad.nonzero()[0])
+        kinds = f"{int(torch.isnan(values[bad]).sum())} NaN, {int(torch.isinf(values[bad]).sum())} inf"
         pixel = tuple(int(i) for i in np.unravel_index(node, problem.grid.shape))
         raise SolveInputError(
             f"{name} has {count} non-finite value(s) at active nodes ({kinds}); the first is in batch item "

@@ -1,0 +1,417 @@
+"""Batched sparse SPD solves in torch on a CUDA device: cuDSS factorisations and a batched PCG.
+
+A batch of B systems shares one sparsity pattern (B fractures of the same size) and differs in its values.
+:class:`GPUSolver` solves them in one call, by one of two methods:
+
+* ``direct`` -- a sparse Cholesky factorisation by cuDSS (NVIDIA's sparse direct solver, through nvmath-python).
+  The reordering and symbolic analysis run once per pattern and batch size; a new set of values is only
+  factorised numerically, all B matrices in one batched call. Solving again with the values of the last
+  factorisation -- the adjoint solve right after a forward solve -- reuses the factor. One step of iterative
+  refinement follows every solve, as on the CPU.
+* ``pcg`` -- conjugate gradients preconditioned by the diagonal (Jacobi), batched over B, with matrix-vector
+  products in plain torch ops. Memory grows linearly with the grid, so it is the path for grids whose factor does
+  not fit; each role's last solution warm-starts the next solve. It stops on the same energy-norm criterion as
+  the CPU PCG (:func:`flowlearn.linalg.pcg.pcg`) and raises :class:`~flowlearn.errors.ConvergenceError` when it
+  misses the tolerance.
+
+``auto`` factorises whenever cuDSS's own memory estimate fits in the free device memory, and otherwise iterates.
+
+Nothing here imports a GPU library at module import: nvmath is imported when a :class:`GPUSolver` is built, so the
+CPU path works without any GPU package installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from flowlearn.errors import ConvergenceError
+from flowlearn.linalg.reuse import SolveStats
+
+METHODS = ("auto", "direct", "pcg")
+
+
+class GPUUnavailableError(RuntimeError):
+    """``solver=gpu`` cannot run here (no CUDA device, or no cuDSS); the message says what to install."""
+
+
+class EllPattern:
+    """A CSR pattern stored row-padded (ELLPACK) on a device, for batched products in plain torch ops.
+
+    Every row gets ``width`` = the longest row's entries; the padding points at an extra zero value, so a padded
+    slot adds nothing. A (B, nnz) batch of values then multiplies a (B, n) batch of vectors with one gather and one
+    sum, deterministic and the same code on the CPU and on CUDA.
+
+    Args:
+        indptr: CSR row pointers, int (n + 1,).
+        indices: CSR column indices, int (nnz,); every row holds its diagonal entry.
+        device: Where the index maps live.
+    """
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, device: torch.device) -> None:
+        counts = np.diff(indptr)
+        self.n, self.nnz = counts.size, int(indices.size)
+        slot = np.arange(counts.max(initial=0))
+        valid = slot[None, :] < counts[:, None]
+        positions = np.where(valid, indptr[:-1, None] + slot[None, :], self.nnz)
+        columns = np.where(valid, indices[np.minimum(positions, self.nnz - 1)], 0)
+        rows = np.repeat(np.arange(self.n), counts)
+        diagonal = np.flatnonzero(indices == rows)
+        if diagonal.size != self.n:
+            raise ValueError("every row of the pattern must hold its diagonal entry")
+        self.positions = torch.as_tensor(positions, dtype=torch.int64, device=device)
+        self.columns = torch.as_tensor(columns, dtype=torch.int64, device=device)
+        self.diagonal_positions = torch.as_tensor(diagonal, dtype=torch.int64, device=device)
+
+    def padded(self, values: torch.Tensor) -> torch.Tensor:
+        """(B, nnz) CSR values -> (B, n, width) row-padded values."""
+        return torch.cat([values, values.new_zeros(values.shape[0], 1)], dim=1)[:, self.positions]
+
+    def matvec(self, padded: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``A_i x_i`` for every batch item: padded values (B, n, width), x (B, n) -> (B, n)."""
+        return (padded * x[:, self.columns]).sum(dim=-1)
+
+    def diagonal(self, values: torch.Tensor) -> torch.Tensor:
+        """The diagonals (B, n) of a batch of values (B, nnz)."""
+        return values[:, self.diagonal_positions]
+
+
+@dataclass
+class BatchedPCGResult:
+    solution: torch.Tensor  # (B, n)
+    iterations: int  # iterations of the slowest item
+    converged: torch.Tensor  # bool (B,)
+    error_estimate: torch.Tensor  # (B,) estimated relative energy-norm error
+
+
+def batched_pcg(
+    matvec: Callable[[torch.Tensor], torch.Tensor],
+    precondition: Callable[[torch.Tensor], torch.Tensor],
+    rhs: torch.Tensor,
+    x0: torch.Tensor | None,
+    rtol: float,
+    max_iter: int,
+) -> BatchedPCGResult:
+    """Solve B independent SPD systems ``A_i x_i = b_i`` by preconditioned CG, in lockstep.
+
+    The stopping rule is :func:`flowlearn.linalg.pcg.pcg`'s, per item: sqrt(r.M^{-1}r) <= rtol * sqrt(b.x), the
+    relative energy-norm error for M close to A, confirmed on the true residual (an item whose recursive residual
+    has drifted restarts from the true one instead of stopping). Items that have converged stop moving.
+
+    Args:
+        matvec: (B, n) -> (B, n), applies every A_i to its own vector.
+        precondition: (B, n) -> (B, n), applies an approximation of every A_i^{-1}.
+        rhs: float64 (B, n).
+        x0: Starting guess (B, n), or None for zero.
+        rtol: Relative energy-norm tolerance.
+        max_iter: Iteration limit; items that miss it come back with ``converged`` False.
+    """
+    x = torch.zeros_like(rhs) if x0 is None else x0.clone()
+    r = rhs - matvec(x)
+    z = precondition(r)
+    rz = (r * z).sum(dim=1)
+    p = z.clone()
+    # A zero right-hand side has the exact solution zero, whatever the starting guess.
+    done = ~rhs.any(dim=1)
+    x[done] = 0.0
+    for iteration in range(max_iter + 1):
+        scale = (rhs * x).sum(dim=1).abs()
+        estimate = torch.where(
+            scale > 0, (rz.abs() / scale.clamp_min(torch.finfo(rhs.dtype).tiny)).sqrt(), torch.inf
+        )
+        candidates = (estimate <= rtol) & ~done
+        restart = torch.zeros_like(done)
+        if bool(candidates.any()):
+            true_residual = rhs - matvec(x)
+            tracks = (true_residual - r).norm(dim=1) <= 0.5 * r.norm(dim=1)
+            done |= candidates & tracks
+            restart = candidates & ~tracks
+            if bool(restart.any()):
+                # Restarted items re-test the stopping rule on the true residual before moving again.
+                r = torch.where(restart[:, None], true_residual, r)
+                z = precondition(r)
+                rz = torch.where(restart, (r * z).sum(dim=1), rz)
+                p = torch.where(restart[:, None], z, p)
+        if bool(done.all()):
+            return BatchedPCGResult(x, iteration, done, torch.where(done, 0.0, estimate))
+        if iteration == max_iter:
+            break
+        moving = ~done & ~restart
+        q = matvec(p)
+        pq = (p * q).sum(dim=1)
+        alpha = torch.where(moving, rz / torch.where(moving, pq, 1.0), 0.0)
+        x = x + alpha[:, None] * p
+        r = r - alpha[:, None] * q
+        z = precondition(r)
+        rz_next = (r * z).sum(dim=1)
+        beta = torch.where(moving, rz_next / torch.where(moving, rz, 1.0), 0.0)
+        p = z + beta[:, None] * p
+        rz = rz_next
+    return BatchedPCGResult(x, max_iter, done, estimate)
+
+
+class _CudssFactor:
+    """cuDSS's factorisation of a batch of B matrices with one CSR pattern, over buffers it keeps.
+
+    The solver object is built, and the pattern analysed (reordering, symbolic factorisation), once. It reads the
+    values and the right-hand side through pointers to this object's own buffers, so a new matrix or rhs is a copy
+    into them followed by ``factorize`` or ``solve``: nvmath's documented in-place update of GPU operands.
+    """
+
+    def __init__(self, advanced: Any, indptr: np.ndarray, indices: np.ndarray, values: torch.Tensor) -> None:
+        batch = values.shape[0]
+        n = indptr.size - 1
+        device = values.device
+        crow = torch.as_tensor(indptr, dtype=torch.int32, device=device)
+        col = torch.as_tensor(indices, dtype=torch.int32, device=device)
+        # cuDSS takes 32-bit indices for batches; a batch is a 3D CSR tensor, one system per leading index.
+        if batch == 1:
+            matrix = torch.sparse_csr_tensor(crow, col, values[0].clone(), size=(n, n))
+            self._rhs = torch.zeros(n, dtype=torch.float64, device=device)
+        else:
+            matrix = torch.sparse_csr_tensor(
+                crow.repeat(batch, 1), col.repeat(batch, 1), values.clone(), size=(batch, n, n)
+            )
+            self._rhs = torch.zeros(batch, n, 1, dtype=torch.float64, device=device)  # column-major per item
+        self._values = matrix.values()  # the storage cuDSS reads
+        self._matrix = matrix
+        options = advanced.DirectSolverOptions(
+            sparse_system_type=advanced.DirectSolverMatrixType.SPD,
+            sparse_system_view=advanced.DirectSolverMatrixViewType.FULL,
+            logger=logging.getLogger("flowlearn.cudss"),
+        )
+        self._solver = advanced.DirectSolver(matrix, self._rhs, options=options, execution="cuda")
+        self._solver.plan()
+        estimates = self._solver.plan_info.memory_estimates
+        self.peak_bytes = int(np.asarray(estimates["peak_device_memory"]).reshape(-1)[0])
+        self.permanent_bytes = int(np.asarray(estimates["permanent_device_memory"]).reshape(-1)[0])
+        self.factored = False
+        self.shape = (batch, n)
+
+    def holds(self, values: torch.Tensor) -> bool:
+        """Whether the current factor was built from exactly these values (B, nnz)."""
+        return self.factored and torch.equal(self._values.reshape(values.shape), values)
+
+    def factorize(self, values: torch.Tensor) -> None:
+        self._values.copy_(values.reshape(self._values.shape))
+        self._solver.factorize()
+        info = self._solver.factorization_info.info
+        if info != 0:
+            self.factored = False
+            raise RuntimeError(
+                f"cuDSS could not factorise the batch of {self.shape[0]} SPD matrices of size {self.shape[1]} "
+                f"(info={info}); the conductivities may span too many orders of magnitude for float64"
+            )
+        self.factored = True
+
+    def solve(self, rhs: torch.Tensor) -> torch.Tensor:
+        """x (B, n) for rhs (B, n) with the current factor."""
+        self._rhs.copy_(rhs.reshape(self._rhs.shape))
+        return self._solver.solve().reshape(rhs.shape)
+
+    def free(self) -> None:
+        self._solver.free()
+
+
+@dataclass
+class _PatternState:
+    ell: EllPattern
+    method: str  # "direct" or "pcg"
+    factors: dict[int, _CudssFactor] = field(default_factory=dict)  # by batch size
+    last_solution: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)  # by (role, batch size)
+
+
+class GPUSolver:
+    """Batched SPD solves on a CUDA device (``solver="gpu"``), reusing analysis and factors across calls.
+
+    The constructor checks that the device and libraries are there, so a missing GPU or cuDSS fails at start-up,
+    never in the middle of training.
+
+    Args:
+        method: ``"auto"`` (cuDSS when its memory estimate fits, else PCG), ``"direct"`` (cuDSS) or ``"pcg"``
+            (Jacobi-preconditioned CG; needs no library beyond torch).
+        device: The CUDA device. ``"cpu"`` is accepted with ``method="pcg"``: the same torch code then runs on
+            the CPU, which checks this path without a GPU (the sparse CPU backends are much faster there).
+        rtol: Relative energy-norm error at which PCG stops (direct solves are exact to round-off).
+        max_iter: PCG iteration limit; missing it raises :class:`~flowlearn.errors.ConvergenceError`.
+        reuse: Warm-start PCG from each role's last solution.
+        memory_fraction: Share of the free device memory that cuDSS's peak estimate may take under ``auto``.
+
+    Raises:
+        GPUUnavailableError: no CUDA device, or (for ``auto``/``direct``) no nvmath-python with cuDSS.
+        ValueError: an unknown method, or a CPU device with a method other than ``pcg``.
+    """
+
+    name = "gpu"
+
+    def __init__(
+        self,
+        method: str = "auto",
+        device: str | torch.device = "cuda",
+        rtol: float = 1e-11,
+        max_iter: int = 20_000,
+        reuse: bool = True,
+        memory_fraction: float = 0.8,
+    ) -> None:
+        if method not in METHODS:
+            raise ValueError(f"unknown GPU solve method {method!r}; choose one of {list(METHODS)}")
+        if not 0 < rtol < 1:
+            raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
+        device = torch.device(device)
+        if device.type == "cpu":
+            if method != "pcg":
+                raise ValueError(
+                    f"GPUSolver(method={method!r}) factorises with cuDSS, which runs on CUDA devices only; "
+                    "device='cpu' is for method='pcg'"
+                )
+        elif device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise GPUUnavailableError(
+                    f"solver=gpu needs a CUDA GPU, but torch {torch.__version__} sees none "
+                    "(torch.cuda.is_available() is False). Install the CUDA build of torch on a GPU node, or "
+                    "choose a CPU solver (solver=auto, cholmod, superlu or amg)."
+                )
+            device = torch.device(
+                "cuda", torch.cuda.current_device() if device.index is None else device.index
+            )
+        else:
+            raise ValueError(f"GPUSolver runs on a CUDA device, got device {device}")
+        self._advanced = _load_cudss() if method != "pcg" else None
+        self.method, self.device = method, device
+        self.rtol, self.max_iter, self.reuse = rtol, max_iter, reuse
+        self.memory_fraction = memory_fraction
+        self.stats = SolveStats()
+        self._states: weakref.WeakKeyDictionary[Any, _PatternState] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"GPUSolver(method={self.method!r}, device='{self.device}', rtol={self.rtol})"
+
+    def reset_stats(self) -> None:
+        self.stats = SolveStats()
+
+    def factor_bytes(self) -> int:
+        """Device memory cuDSS keeps for the factors it holds (its own estimate), bytes."""
+        return sum(f.permanent_bytes for s in self._states.values() for f in s.factors.values())
+
+    def solve(
+        self,
+        pattern: Any,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        values: torch.Tensor,
+        rhs: torch.Tensor,
+        role: str,
+    ) -> torch.Tensor:
+        """Solve ``A_i x_i = b_i`` for a batch of matrices with one symmetric pattern.
+
+        Args:
+            pattern: Weak-referenceable key of the pattern (the problem's layout); caches live with it.
+            indptr: CSR row pointers, int (n + 1,) -- for a symmetric pattern the CSC pointers serve.
+            indices: CSR column indices, int (nnz,).
+            values: float64 (B, nnz) on this solver's device; each row is an SPD matrix.
+            rhs: float64 (B, n), same device.
+            role: Name of the sequence this rhs belongs to ("state", "adjoint", ...), for warm starts.
+
+        Returns:
+            float64 (B, n).
+
+        Raises:
+            ConvergenceError: PCG missed ``rtol`` within ``max_iter`` iterations.
+        """
+        with self._lock:
+            state = self._states.get(pattern)
+            if state is None:
+                method = "pcg" if self.method == "pcg" else "direct"
+                state = self._states[pattern] = _PatternState(
+                    EllPattern(indptr, indices, self.device), method
+                )
+            if state.method == "direct":
+                factor = self._factor(state, indptr, indices, values)
+                if factor is not None:
+                    return self._direct(state, factor, values, rhs)
+            return self._pcg(state, values, rhs, role)
+
+    def _factor(
+        self, state: _PatternState, indptr: np.ndarray, indices: np.ndarray, values: torch.Tensor
+    ) -> _CudssFactor | None:
+        """The cuDSS factorisation for this batch size, analysed once; None when ``auto`` finds it too large."""
+        batch = values.shape[0]
+        factor = state.factors.get(batch)
+        if factor is None:
+            factor = _CudssFactor(self._advanced, indptr, indices, values)
+            free_bytes = torch.cuda.mem_get_info(self.device)[0]
+            if self.method == "auto" and factor.peak_bytes > self.memory_fraction * free_bytes:
+                factor.free()
+                state.method = "pcg"
+                return None
+            state.factors[batch] = factor
+        if not factor.holds(values):
+            factor.factorize(values)
+            self.stats.factorizations += 1
+        return factor
+
+    def _direct(
+        self, state: _PatternState, factor: _CudssFactor, values: torch.Tensor, rhs: torch.Tensor
+    ) -> torch.Tensor:
+        # One step of iterative refinement takes the error from ~eps*cond(A) to ~eps, as on the CPU.
+        self.stats.direct_solves += 1
+        solution = factor.solve(rhs)
+        residual = rhs - state.ell.matvec(state.ell.padded(values), solution)
+        return solution + factor.solve(residual)
+
+    def _pcg(self, state: _PatternState, values: torch.Tensor, rhs: torch.Tensor, role: str) -> torch.Tensor:
+        ell = state.ell
+        padded = ell.padded(values)
+        inverse_diagonal = 1.0 / ell.diagonal(values)
+        key = (role, rhs.shape[0])
+        result = batched_pcg(
+            lambda x: ell.matvec(padded, x),
+            lambda r: inverse_diagonal * r,
+            rhs,
+            state.last_solution.get(key) if self.reuse else None,
+            self.rtol,
+            self.max_iter,
+        )
+        self.stats.pcg_solves += 1
+        self.stats.pcg_iterations += result.iterations
+        if not bool(result.converged.all()):
+            failed = torch.nonzero(~result.converged).flatten().tolist()
+            worst = float(result.error_estimate.max())
+            raise ConvergenceError(
+                f"Jacobi-preconditioned CG on {self.device} did not reach rtol={self.rtol:g} within "
+                f"{self.max_iter} iterations for batch item(s) {failed} of {rhs.shape[0]} ({rhs.shape[1]} "
+                f"unknowns; estimated error {worst:.1e}); raise max_iter, loosen rtol, or use method='direct'"
+            )
+        if self.reuse:
+            state.last_solution[key] = result.solution
+        return result.solution
+
+
+def _load_cudss() -> Any:
+    """nvmath's sparse direct solver module, after checking that cuDSS loads; raises GPUUnavailableError."""
+    install = (
+        "Install it with pip install 'flowlearn[gpu]' (nvmath-python[cu12]; use nvmath-python[cu13] with a "
+        "CUDA 13 build of torch), or choose GPUSolver(method='pcg'), which needs torch alone."
+    )
+    try:
+        import nvmath.sparse.advanced as advanced
+        from nvmath.bindings import cudss
+    except ImportError as error:
+        raise GPUUnavailableError(
+            f"solver=gpu factorises with cuDSS through nvmath-python: {error}. {install}"
+        ) from error
+    try:
+        cudss.get_property(0)
+    except Exception as error:  # the cuDSS shared library itself is missing or broken
+        raise GPUUnavailableError(
+            f"nvmath-python is installed but cuDSS does not load: {error}. {install}"
+        ) from error
+    return advanced

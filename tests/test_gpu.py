@@ -1,0 +1,394 @@
+"""The GPU engine: torch assembly, the batched PCG, solver selection and device errors.
+
+Everything the GPU path computes in plain torch (assembly from the layout's index maps, the row-padded matvec, the
+batched PCG, the engine and the op's rules around it) runs here on CPU tensors, against the numpy/scipy assembly
+and the CPU solvers. The tests marked ``gpu`` need a CUDA device (and, for cuDSS, nvmath-python) and are skipped
+without one.
+"""
+
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from torch.autograd import gradcheck, gradgradcheck
+from torch.func import jacfwd, jacrev
+
+from flowlearn import ConvergenceError, DarcyProblem, Grid, SolveInputError, SparseSolver, solve_pressure
+from flowlearn.darcy import get_solver
+from flowlearn.linalg import GPUSolver, GPUUnavailableError, batched_pcg
+from flowlearn.linalg.gpu import EllPattern, _load_cudss
+
+CUDA = torch.cuda.is_available()
+NVMATH = importlib.util.find_spec("nvmath") is not None
+cuda_only = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+cudss_only = pytest.mark.skipif(not (CUDA and NVMATH), reason="needs a CUDA GPU and nvmath-python (.[gpu])")
+needs_cuda = [pytest.mark.gpu, cuda_only]
+needs_cudss = [pytest.mark.gpu, cudss_only]
+
+
+def _problem_2d(shape=(14, 17), seed=0) -> DarcyProblem:
+    """A fracture with contact spots, an interior Dirichlet node and sources."""
+    rng = np.random.default_rng(seed)
+    active = rng.random(shape) > 0.12
+    active[:, [0, -1]] = True
+    base = DarcyProblem.fracture(shape, active=active, drop_unconnected=True)
+    fixed = base.dirichlet.copy()
+    fixed[shape[0] // 2, shape[1] // 2] = base.active[shape[0] // 2, shape[1] // 2]
+    values = np.where(fixed, rng.uniform(1, 2, size=shape), 0.0)
+    sources = np.where(base.active & ~fixed, rng.normal(scale=1e-2, size=shape), 0.0)
+    return DarcyProblem(base.grid, fixed, values, sources=sources, active=base.active)
+
+
+def _problem_3d() -> DarcyProblem:
+    grid = Grid((0, 0, 0), (1, 2, 1), (5, 4, 3))
+    fixed = np.zeros(grid.shape, dtype=bool)
+    fixed[..., 0] = fixed[..., -1] = True
+    active = np.ones(grid.shape, dtype=bool)
+    active[1, 2, 2] = False
+    values = np.where(fixed, 1.0 + np.arange(fixed.size).reshape(grid.shape) / fixed.size, 0.0)
+    return DarcyProblem(grid, fixed, values, sources=np.full(grid.shape, 0.05), active=active)
+
+
+def _fields(batch, shape, seed=1, device="cpu") -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, *shape, dtype=torch.float64, generator=generator).to(device)
+
+
+def _exact_pcg_solver(device="cpu") -> GPUSolver:
+    # Tight tolerance, no warm starts: every solve independent of the last, as finite differences need.
+    return GPUSolver(method="pcg", device=device, rtol=1e-13, reuse=False)
+
+
+# --- torch assembly against the numpy/scipy assembly ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make_problem", [_problem_2d, _problem_3d], ids=["2d", "3d"])
+def test_torch_assembly_equals_the_scipy_assembly(make_problem):
+    problem = make_problem()
+    layout = problem.layout
+    log_k = _fields(3, problem.grid.shape).reshape(3, -1)
+    heads = torch.from_numpy(problem.dirichlet_values.reshape(-1)) + torch.rand(
+        3, layout.num_nodes, dtype=torch.float64
+    )
+    sources = (
+        torch.from_numpy(problem.sources.reshape(-1)) * torch.arange(1.0, 4.0, dtype=torch.float64)[:, None]
+    )
+    t = layout.torch_transmissibilities(log_k)
+    values = layout.torch_matrix_values(t)
+    rhs = layout.torch_rhs(t, heads, sources)
+    for i in range(3):
+        t_np = layout.transmissibilities(log_k[i : i + 1].numpy())[0]
+        np.testing.assert_allclose(t[i].numpy(), t_np, rtol=1e-15)
+        # The same numbers in the same storage: the CSC data of A, which is also its CSR data (A is symmetric).
+        expected = layout.matrix(t_np)
+        np.testing.assert_allclose(values[i].numpy(), expected.data, rtol=1e-14)
+        csr = sp.csr_matrix((values[i].numpy(), layout.indices, layout.indptr), shape=expected.shape)
+        assert abs(csr - expected).max() <= 1e-14 * abs(expected).max()
+        np.testing.assert_allclose(
+            rhs[i].numpy(), layout.rhs(t_np, heads[i].numpy(), sources[i].numpy()), rtol=1e-14, atol=1e-300
+        )
+
+
+def test_row_padded_matvec_and_diagonal_equal_scipy():
+    problem = _problem_3d()
+    layout = problem.layout
+    ell = EllPattern(layout.indptr, layout.indices, torch.device("cpu"))
+    t = layout.torch_transmissibilities(_fields(2, problem.grid.shape).reshape(2, -1))
+    values = layout.torch_matrix_values(t)
+    x = torch.randn(2, layout.num_free, dtype=torch.float64)
+    product = ell.matvec(ell.padded(values), x)
+    for i in range(2):
+        n = layout.num_free
+        matrix = sp.csr_matrix((values[i].numpy(), layout.indices, layout.indptr), shape=(n, n))
+        np.testing.assert_allclose(product[i].numpy(), matrix @ x[i].numpy(), rtol=1e-13, atol=1e-15)
+        np.testing.assert_array_equal(ell.diagonal(values)[i].numpy(), matrix.diagonal())
+
+
+# --- the batched PCG --------------------------------------------------------------------------------------------
+
+
+def _spd_batch(n=120, batch=3, seed=7):
+    """B tridiagonal SPD systems with different diagonals, as dense (B, n, n) tensors and right-hand sides."""
+    rng = np.random.default_rng(seed)
+    matrices = []
+    for i in range(batch):
+        diag = 2.0 + 10.0**i * rng.random(n)  # condition numbers differing by orders of magnitude
+        matrices.append(np.diag(diag) - np.diag(np.ones(n - 1), 1) - np.diag(np.ones(n - 1), -1))
+    return torch.from_numpy(np.stack(matrices)), torch.from_numpy(rng.normal(size=(batch, n)))
+
+
+def test_batched_pcg_reaches_the_energy_norm_tolerance_per_item():
+    matrices, rhs = _spd_batch()
+    rhs[1] = 0.0  # a zero rhs has the zero solution
+    inverse_diagonal = 1 / torch.diagonal(matrices, dim1=1, dim2=2)
+    result = batched_pcg(
+        lambda x: torch.einsum("bij,bj->bi", matrices, x),
+        lambda r: inverse_diagonal * r,
+        rhs,
+        torch.ones_like(rhs),  # a poor start, to be forgotten
+        rtol=1e-12,
+        max_iter=1000,
+    )
+    assert bool(result.converged.all())
+    exact = torch.linalg.solve(matrices, rhs)
+    assert torch.equal(result.solution[1], torch.zeros_like(rhs[1]))
+    for i in (0, 2):
+        error = result.solution[i] - exact[i]
+        energy = torch.sqrt(error @ matrices[i] @ error) / torch.sqrt(exact[i] @ matrices[i] @ exact[i])
+        assert energy <= 1e-11
+
+
+def test_batched_pcg_reports_items_that_miss_the_tolerance():
+    matrices, rhs = _spd_batch()
+    result = batched_pcg(lambda x: torch.einsum("bij,bj->bi", matrices, x), lambda r: r, rhs, None, 1e-12, 3)
+    assert result.iterations == 3 and not bool(result.converged.any())
+    assert bool((result.error_estimate > 1e-12).all())
+    # Started at the exact solution, it stops at once.
+    exact = torch.linalg.solve(matrices, rhs)
+    result = batched_pcg(lambda x: torch.einsum("bij,bj->bi", matrices, x), lambda r: r, rhs, exact, 1e-12, 3)
+    assert result.iterations == 0 and bool(result.converged.all())
+
+
+# --- the torch engine through the op, on CPU tensors ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make_problem", [_problem_2d, _problem_3d], ids=["2d", "3d"])
+def test_torch_engine_agrees_with_the_cpu_direct_solver(make_problem):
+    problem = make_problem()
+    log_k = _fields(3, problem.grid.shape, seed=2)
+    reference = solve_pressure(log_k, problem, solver=SparseSolver("superlu"))
+    pressure = solve_pressure(log_k, problem, solver=_exact_pcg_solver())
+    active = torch.from_numpy(problem.active).expand_as(reference)
+    assert torch.isnan(pressure[~active]).all()
+    relative = ((pressure - reference).abs() / reference.abs())[active]
+    assert relative.max() <= 1e-9
+
+
+@pytest.mark.parametrize("make_problem", [_problem_2d, _problem_3d], ids=["2d", "3d"])
+def test_torch_engine_gradcheck_and_gradgradcheck(make_problem):
+    problem = _problem_2d(shape=(5, 6), seed=3) if make_problem is _problem_2d else make_problem()
+    active = torch.from_numpy(problem.active)
+    solver = _exact_pcg_solver()
+    shape = (1, *problem.grid.shape)  # batches are covered in test_batch.py
+    generator = torch.Generator().manual_seed(0)
+    log_k = torch.randn(shape, generator=generator, dtype=torch.float64)
+    heads = torch.from_numpy(problem.dirichlet_values).expand(shape) + 0.1 * torch.randn(
+        shape, generator=generator, dtype=torch.float64
+    )
+    sources = torch.from_numpy(problem.sources).expand(shape).clone()
+    inputs = tuple(x.clone().requires_grad_() for x in (log_k, heads, sources))
+
+    def pressure_at_active_nodes(log_k, heads, sources):
+        return solve_pressure(log_k, problem, heads, sources, solver=solver)[:, active]
+
+    assert gradcheck(pressure_at_active_nodes, inputs)
+    assert gradgradcheck(pressure_at_active_nodes, inputs)
+
+
+def test_torch_engine_forward_mode_equals_reverse_mode():
+    problem = _problem_2d(shape=(6, 7), seed=4)
+    active = torch.from_numpy(problem.active)
+    solver = _exact_pcg_solver()
+    log_k = _fields(1, problem.grid.shape, seed=5)[0]
+
+    def pressure(log_k):
+        return solve_pressure(log_k, problem, solver=solver)[active]
+
+    forward, reverse = jacfwd(pressure)(log_k), jacrev(pressure)(log_k)
+    torch.testing.assert_close(forward, reverse, rtol=1e-9, atol=1e-12)
+    assert forward.abs().max() > 0
+
+
+def test_torch_engine_warm_starts_stay_exact_over_a_training_like_sequence():
+    problem = _problem_2d(shape=(24, 30), seed=6)
+    solver = GPUSolver(method="pcg", device="cpu", rtol=1e-11)
+    reference = SparseSolver("superlu", reuse=False)
+    log_k = _fields(2, problem.grid.shape, seed=7)
+    rng = np.random.default_rng(8)
+    iterations = []
+    for _ in range(4):
+        log_k = log_k * (1 + 1e-3 * torch.from_numpy(rng.normal(size=log_k.shape)))
+        x, y = log_k.clone().requires_grad_(), log_k.clone().requires_grad_()
+        solver.reset_stats()
+        p = solve_pressure(x, problem, solver=solver)
+        iterations.append(solver.stats.pcg_iterations)
+        q = solve_pressure(y, problem, solver=reference)
+        # rtol bounds the energy-norm error: compare against the largest head.
+        torch.testing.assert_close(
+            p, q, rtol=0, atol=1e-9 * q.nan_to_num().abs().max().item(), equal_nan=True
+        )
+        torch.nan_to_num(p).pow(2).sum().backward()
+        torch.nan_to_num(q).pow(2).sum().backward()
+        torch.testing.assert_close(x.grad, y.grad, rtol=1e-8, atol=1e-10 * y.grad.abs().max().item())
+    # The previous pressure is a good start: later solves need fewer iterations than the first.
+    assert max(iterations[1:]) < iterations[0]
+
+
+def test_pcg_that_does_not_converge_raises():
+    problem = _problem_2d(shape=(30, 30), seed=9)
+    solver = GPUSolver(method="pcg", device="cpu", max_iter=3)
+    with pytest.raises(
+        ConvergenceError,
+        match=r"Jacobi-preconditioned CG on cpu did not reach rtol=1e-11 within 3 iterations",
+    ):
+        solve_pressure(_fields(2, problem.grid.shape), problem, solver=solver)
+
+
+# --- selection, construction and device errors ------------------------------------------------------------------
+
+
+@pytest.mark.skipif(CUDA, reason="checks the message on a machine without a CUDA GPU")
+def test_gpu_solver_without_a_gpu_fails_at_construction():
+    message = r"solver=gpu needs a CUDA GPU, but torch .* sees none \(torch.cuda.is_available\(\) is False\)"
+    with pytest.raises(GPUUnavailableError, match=message):
+        GPUSolver()
+    with pytest.raises(GPUUnavailableError, match=message):
+        get_solver("gpu")
+    with pytest.raises(GPUUnavailableError, match=message):
+        solve_pressure(torch.zeros(4, 5), DarcyProblem.fracture((4, 5)), solver="gpu")
+
+
+@pytest.mark.skipif(NVMATH, reason="checks the message where nvmath-python is not installed")
+def test_missing_cudss_library_names_the_install_command():
+    with pytest.raises(
+        GPUUnavailableError, match=r"cuDSS through nvmath-python.*pip install 'flowlearn\[gpu\]'"
+    ):
+        _load_cudss()
+
+
+def test_bad_gpu_solver_arguments():
+    with pytest.raises(ValueError, match=r"unknown GPU solve method 'lu'"):
+        GPUSolver(method="lu")
+    with pytest.raises(
+        ValueError, match=r"cuDSS, which runs on CUDA devices only; device='cpu' is for method='pcg'"
+    ):
+        GPUSolver(method="direct", device="cpu")
+    with pytest.raises(ValueError, match=r"rtol must lie in \(0, 1\)"):
+        GPUSolver(method="pcg", device="cpu", rtol=0)
+    with pytest.raises(
+        ValueError, match=r"unknown solver 'cuda'; choose one of \['auto', 'cholmod', 'superlu'"
+    ):
+        get_solver("cuda")
+    with pytest.raises(SolveInputError, match=r"solver must be a name .* got int"):
+        get_solver(3)
+
+
+def test_device_mismatch_errors_say_what_to_do():
+    problem = DarcyProblem.fracture((4, 5))
+    meta = torch.zeros(4, 5, device="meta")
+    with pytest.raises(
+        SolveInputError, match=r"log_k is on device meta, but solver 'superlu' runs on the CPU.*\.cpu\(\)"
+    ):
+        solve_pressure(meta, problem, solver=SparseSolver("superlu"))
+    with pytest.raises(
+        SolveInputError, match=r"log_k is on device meta, but the GPU solver runs on cpu; .*\.to\('cpu'\)"
+    ):
+        solve_pressure(meta, problem, solver=_exact_pcg_solver())
+
+
+def test_julia_solver_rejects_boundary_tensors_before_starting_julia():
+    problem = DarcyProblem.fracture((4, 5))
+    with pytest.raises(
+        SolveInputError, match=r"differentiates with respect to log_k only, but sources were passed"
+    ):
+        solve_pressure(torch.zeros(4, 5), problem, sources=torch.zeros(4, 5), solver="julia")
+    with pytest.raises(SolveInputError, match=r"but dirichlet_values and sources were passed"):
+        solve_pressure(torch.zeros(4, 5), problem, torch.ones(4, 5), torch.zeros(4, 5), solver="julia")
+
+
+def test_the_cpu_path_imports_no_gpu_library():
+    code = (
+        "import sys, torch\n"
+        "from flowlearn import DarcyProblem, solve_pressure\n"
+        "solve_pressure(torch.zeros(6, 7), DarcyProblem.fracture((6, 7)))\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('nvmath', 'cupy')], 'GPU library imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- on a CUDA device -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method", [pytest.param("direct", marks=needs_cudss), pytest.param("pcg", marks=needs_cuda)]
+)
+@pytest.mark.parametrize("make_problem", [_problem_2d, _problem_3d], ids=["2d", "3d"])
+def test_gpu_agrees_with_the_cpu_backend(method, make_problem):
+    problem = make_problem()
+    log_k = _fields(3, problem.grid.shape, seed=10)
+    reference = solve_pressure(log_k, problem, solver=SparseSolver("superlu"))
+    pressure = solve_pressure(log_k.cuda(), problem, solver=GPUSolver(method=method, rtol=1e-13))
+    assert pressure.device.type == "cuda" and pressure.dtype == torch.float64
+    active = torch.from_numpy(problem.active).expand_as(reference)
+    relative = ((pressure.cpu() - reference).abs() / reference.abs())[active]
+    assert relative.max() <= 1e-9
+
+
+@pytest.mark.parametrize(
+    "method", [pytest.param("direct", marks=needs_cudss), pytest.param("pcg", marks=needs_cuda)]
+)
+@pytest.mark.parametrize("make_problem", [_problem_2d, _problem_3d], ids=["2d", "3d"])
+def test_gpu_gradcheck_and_gradgradcheck(method, make_problem):
+    problem = _problem_2d(shape=(5, 6), seed=3) if make_problem is _problem_2d else make_problem()
+    active = torch.from_numpy(problem.active).cuda()
+    solver = GPUSolver(method=method, rtol=1e-13, reuse=False)
+    shape = (2, *problem.grid.shape)
+    log_k = _fields(2, problem.grid.shape, seed=11, device="cuda")
+    heads = torch.from_numpy(problem.dirichlet_values).cuda().expand(shape) + 0.1 * _fields(
+        2, problem.grid.shape, seed=12, device="cuda"
+    )
+    sources = torch.from_numpy(problem.sources).cuda().expand(shape).clone()
+    inputs = tuple(x.clone().requires_grad_() for x in (log_k, heads, sources))
+
+    def pressure_at_active_nodes(log_k, heads, sources):
+        return solve_pressure(log_k, problem, heads, sources, solver=solver)[:, active]
+
+    assert gradcheck(pressure_at_active_nodes, inputs)
+    assert gradgradcheck(pressure_at_active_nodes, inputs)
+
+
+@pytest.mark.gpu
+@cudss_only
+def test_gpu_batch_is_factorised_once_and_the_adjoint_reuses_the_factor():
+    problem = _problem_2d(shape=(32, 40), seed=13)
+    solver = GPUSolver(method="direct")
+    log_k = _fields(8, problem.grid.shape, seed=14, device="cuda").requires_grad_()
+    torch.nan_to_num(solve_pressure(log_k, problem, solver=solver)).pow(2).sum().backward()
+    # Eight fractures, one batched factorisation; forward and adjoint both solve with it.
+    assert solver.stats.factorizations == 1 and solver.stats.direct_solves == 2
+    assert solver.factor_bytes() > 0
+    reference = log_k.detach().cpu().requires_grad_()
+    torch.nan_to_num(solve_pressure(reference, problem, solver=SparseSolver("superlu"))).pow(
+        2
+    ).sum().backward()
+    torch.testing.assert_close(
+        log_k.grad.cpu(), reference.grad, rtol=1e-8, atol=1e-12 * reference.grad.abs().max()
+    )
+
+
+@pytest.mark.gpu
+@cudss_only
+def test_auto_iterates_when_the_factor_would_not_fit():
+    problem = _problem_2d(shape=(20, 24), seed=15)
+    solver = GPUSolver(method="auto", memory_fraction=1e-12)  # no factor fits in 1e-12 of the memory
+    log_k = _fields(2, problem.grid.shape, seed=16)
+    pressure = solve_pressure(log_k.cuda(), problem, solver=solver).cpu()
+    assert solver.stats.pcg_solves == 1 and solver.stats.factorizations == 0
+    reference = solve_pressure(log_k, problem, solver=SparseSolver("superlu"))
+    torch.testing.assert_close(pressure, reference, rtol=1e-9, atol=0, equal_nan=True)
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_cpu_and_cuda_tensors_with_the_wrong_solver():
+    problem = DarcyProblem.fracture((4, 5))
+    with pytest.raises(
+        SolveInputError, match=r"log_k is on device cuda:0, but solver .* runs on the CPU.*solver='gpu'"
+    ):
+        solve_pressure(torch.zeros(4, 5, device="cuda"), problem, solver="auto")
+    with pytest.raises(SolveInputError, match=r"log_k is on device cpu, but the GPU solver runs on cuda:0"):
+        solve_pressure(torch.zeros(4, 5), problem, solver=GPUSolver(method="pcg"))
