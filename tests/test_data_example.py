@@ -1,0 +1,88 @@
+"""The embedded example dataset: present, small, valid, reproducible provenance, and physically sensible."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from flowlearn.data.datamodule import FractureDataModule
+from flowlearn.data.schema import read_fractures
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "data/fractures.h5"
+
+
+@pytest.fixture(scope="module")
+def fractures():
+    return read_fractures(EXAMPLE)
+
+
+def reynolds_pressure(transmissivity: np.ndarray) -> np.ndarray:
+    """Finite-volume solve of div(T grad p) = 0 on an (H, W) grid, p = 2 on column 0 and 1 on column W-1,
+    no flow across rows 0 and H-1, harmonic-mean face transmissivities (cells with T = 0 are inactive)."""
+    h, w = transmissivity.shape
+    idx = np.arange(h * w).reshape(h, w)
+    rows, cols, vals = [], [], []
+    fixed = np.zeros((h, w), bool)
+    fixed[:, 0] = fixed[:, -1] = True
+    value = np.where(np.arange(w) == 0, 2.0, 1.0)[None, :].repeat(h, 0)
+    for a, b, ta, tb in (
+        (idx[:, :-1], idx[:, 1:], transmissivity[:, :-1], transmissivity[:, 1:]),
+        (idx[:-1, :], idx[1:, :], transmissivity[:-1, :], transmissivity[1:, :]),
+    ):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where((ta > 0) & (tb > 0), 2 * ta * tb / (ta + tb), 0.0).ravel()
+        for i, j in ((a.ravel(), b.ravel()), (b.ravel(), a.ravel())):
+            rows += [i, i]
+            cols += [i, j]
+            vals += [t, -t]
+    a = sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(h * w,) * 2
+    )
+    free = (~fixed & (transmissivity > 0)).ravel()
+    known = fixed.ravel()
+    rhs = -a[free][:, known] @ value.ravel()[known]
+    p = value.ravel().copy()
+    p[free] = spla.spsolve(a[free][:, free].tocsc(), rhs)
+    return p.reshape(h, w)
+
+
+def test_example_dataset_is_small_and_holds_valid_64x64_fractures(fractures):
+    assert EXAMPLE.stat().st_size < 3_000_000
+    assert len(fractures) >= 8
+    for fr in fractures:
+        assert fr.shape == (64, 64) and (fr.inlet_pressure, fr.outlet_pressure) == (2.0, 1.0)
+        assert fr.active.mean() > 0.8
+
+
+def test_example_provenance_records_how_each_fracture_was_made(fractures):
+    seeds = [fr.provenance["roughness"]["seed"] for fr in fractures]
+    assert len(set(seeds)) == len(seeds)
+    for fr in fractures:
+        lbm = fr.provenance["lbm"]
+        assert lbm["library"] == "lbmpy" and lbm["versions"]["lbmpy"].startswith("2.")
+        assert lbm["convergence"]["converged"]
+        assert lbm["convergence"]["residual"] < lbm["settings"]["tolerance"]
+
+
+def test_lbm_pressure_is_closer_to_the_local_cubic_law_than_to_a_straight_line(fractures):
+    """Lubrication theory (Reynolds equation, transmissivity ∝ aperture³) is the first approximation of flow in a
+    rough gap; the LBM pressure must follow it much better than the aperture-blind straight line."""
+    for fr in fractures:
+        ap = np.where(fr.active, fr.aperture, 0.0)
+        w = ap.shape[1]
+        line = np.broadcast_to(2 - np.arange(w) / (w - 1), ap.shape)
+        cubic = reynolds_pressure(ap**3)
+        err_cubic = np.mean((cubic - fr.pressure)[fr.active] ** 2)
+        err_line = np.mean((line - fr.pressure)[fr.active] ** 2)
+        assert err_cubic < 0.5 * err_line
+
+
+def test_datamodule_serves_the_example():
+    dm = FractureDataModule(EXAMPLE, batch_size=4, seed=0)
+    dm.setup()
+    sizes = [len(dm.splits[s]) for s in ("train", "val", "test")]
+    assert sum(sizes) >= 8 and min(sizes) >= 1
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["aperture"].shape == batch["pressure"].shape == (4, 64, 64)
