@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from flowlearn.data.schema import DataValidationError
 
@@ -106,7 +107,40 @@ def _add_generate(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_generate)
 
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_convert, _add_generate)
+def _run_report(args: argparse.Namespace) -> int:
+    from flowlearn.report import looks_like_run, report_run, report_sweep, sweep_runs
+
+    run_dir = Path(args.run_dir)
+    # A directory with no run outputs of its own but run subdirectories is a sweep.
+    if run_dir.is_dir() and not looks_like_run(run_dir) and sweep_runs(run_dir):
+        table, incomplete = report_sweep(run_dir, args.output, dpi=args.dpi)
+        print(f"wrote {table}")
+        for line in incomplete:
+            print(f"flowlearn report: incomplete run: {line}", file=sys.stderr)
+        return 1 if incomplete else 0
+    print(f"wrote {report_run(run_dir, args.output, dpi=args.dpi)}")
+    return 0
+
+
+def _add_report(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="figures and a markdown summary of a finished run, or a comparison table of a sweep",
+        description="For a run directory (what `python train.py` writes): write figures/*.png and report.md "
+        "(metrics, improvement over the cubic law, config). For a sweep directory (`python train.py -m`): write "
+        "report.md with one row per run, and each complete run's report. Exits 1 when a run is incomplete.",
+    )
+    p.add_argument("run_dir", help="run directory, or sweep directory holding run directories")
+    p.add_argument("-o", "--output", help="where to write the report (default: RUN_DIR itself)")
+    p.add_argument("--dpi", type=int, default=120, help="resolution of the figures")
+    p.set_defaults(run=_run_report)
+
+
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _add_convert,
+    _add_generate,
+    _add_report,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,8 @@
 - ``pressure``: predicted pressure (NaN at inactive pixels), ``pressure_cubic``: the plain cubic law's;
 - ``pressure_reference``: the reference (LBM) pressure of the input;
 
-and attributes ``law``, ``correction_name`` and ``split`` (train/val/test, or ``predict``).
+and attributes ``law``, ``correction_name``, ``split`` (train/val/test, or ``predict``) and ``voxel_size`` (metres
+per pixel, NaN when the input does not say). :func:`flowlearn.runs.read_predictions` reads the file back.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch import nn
 
 from flowlearn.config import ConfigError
 from flowlearn.data.datamodule import FractureDataModule, FractureDataset, FractureRef, find_fractures
-from flowlearn.data.schema import atomic_path
+from flowlearn.data.schema import atomic_path, read_fracture
 from flowlearn.models import PixelCorrection
 from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.module import FractureFlowModule
@@ -65,7 +66,7 @@ def write_predictions(
         for split in splits:
             dataset = datamodule.splits[split]
             for index in range(len(dataset)):
-                _write_one(out, module, _as_batch(dataset[index]), split)
+                _write_one(out, module, dataset, index, split)
     module.train()
 
 
@@ -73,12 +74,17 @@ def _as_batch(item: dict) -> dict:
     return {k: [v] if isinstance(v, str) else v.unsqueeze(0) for k, v in item.items()}
 
 
-def _write_one(out: h5py.File, module: FractureFlowModule, batch: dict, split: str) -> None:
+def voxel_size(ref: FractureRef) -> float:
+    """Metres per pixel of a fracture, NaN when its file does not say (the original layout)."""
+    return read_fracture(ref.path, ref.name, validate=False).voxel_size
+
+
+@torch.no_grad()
+def predicted_fields(module: FractureFlowModule, item: dict) -> dict[str, np.ndarray]:
+    """The fields of one dataset item (no batch dimension) under ``module``, as numpy arrays shaped like the
+    aperture: ``active`` bool, the others float64 (the datasets of ``predictions.h5``)."""
+    batch = _as_batch(item)
     fields = module(batch)
-    group = out.create_group(batch["name"][0].replace("/", "__"))
-    group.attrs.update(
-        {"law": module.law.name, "correction_name": module.law.correction_name, "split": split}
-    )
     data = {
         "aperture": batch["aperture"][0],
         "active": batch["active"][0],
@@ -88,9 +94,25 @@ def _write_one(out: h5py.File, module: FractureFlowModule, batch: dict, split: s
         "pressure_cubic": module.cubic_pressure(batch)[0],
         "pressure_reference": batch["pressure"][0],
     }
-    for name, value in data.items():
-        array = value.detach().cpu().numpy()
-        group.create_dataset(name, data=array if array.dtype == bool else array.astype(np.float64))
+    arrays = {name: value.detach().cpu().numpy() for name, value in data.items()}
+    return {name: a if a.dtype == bool else a.astype(np.float64) for name, a in arrays.items()}
+
+
+def _write_one(
+    out: h5py.File, module: FractureFlowModule, dataset: FractureDataset, index: int, split: str
+) -> None:
+    item = dataset[index]
+    group = out.create_group(item["name"].replace("/", "__"))
+    group.attrs.update(
+        {
+            "law": module.law.name,
+            "correction_name": module.law.correction_name,
+            "split": split,
+            "voxel_size": voxel_size(dataset.refs[index]),
+        }
+    )
+    for name, array in predicted_fields(module, item).items():
+        group.create_dataset(name, data=array)
 
 
 def load_run(
@@ -130,6 +152,6 @@ def predict(run_dir: str | Path, inputs: Sequence[str | Path], output: str | Pat
     dataset = FractureDataset(refs)
     with atomic_path(output) as tmp, h5py.File(tmp, "w") as out:
         for index in range(len(dataset)):
-            _write_one(out, module, _as_batch(dataset[index]), "predict")
+            _write_one(out, module, dataset, index, "predict")
     dataset.close()
     return len(refs)

@@ -1,0 +1,212 @@
+"""``flowlearn report``: the figures and a markdown summary of one finished run, or a table of a sweep's runs.
+
+A run directory is what ``python train.py`` writes (see :mod:`flowlearn.train`). A sweep directory is what
+``python train.py -m`` writes: one run directory per subdirectory. For one run the report is
+``<output>/report.md`` plus ``<output>/figures/*.png``; for a sweep, ``<output>/report.md`` holds one table row per
+run, and each complete run gets its own report in its subdirectory (of ``<output>``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from flowlearn.runs import metric_series, read_metrics, read_predictions
+from flowlearn.viz import figure_set, save_figures
+
+STAGES = ("train", "val", "test")
+# (column suffix, table header) of the per-stage metrics table.
+METRIC_COLUMNS = (
+    ("mse", "MSE"),
+    ("rel_err_mean", "mean error (%)"),
+    ("rel_err_max", "max error (%)"),
+    ("cubic_mse", "cubic-law MSE"),
+    ("cubic_rel_err_mean", "cubic-law mean error (%)"),
+    ("cubic_rel_err_max", "cubic-law max error (%)"),
+    ("improvement", "improvement (%)"),
+)
+# (column, table header) of the sweep table.
+SWEEP_COLUMNS = (
+    ("val/mse", "val MSE"),
+    ("val/rel_err_mean", "val mean error (%)"),
+    ("val/improvement", "val improvement (%)"),
+    ("test/rel_err_mean", "test mean error (%)"),
+    ("test/cubic_rel_err_mean", "test cubic-law mean error (%)"),
+    ("test/improvement", "test improvement (%)"),
+)
+IMPROVEMENT_NOTE = (
+    "Errors are |p̂ − p|/p over the active pixels of each fracture, averaged over fractures; "
+    "improvement = 100·(1 − mean error / cubic-law mean error), the cubic law being W = 1."
+)
+
+
+class RunDirectoryError(FileNotFoundError):
+    """A directory that is not a finished run (or sweep of runs); the message says what is missing."""
+
+
+def missing_outputs(run_dir: Path) -> list[str]:
+    """What a finished run directory lacks, in words (empty when it is complete)."""
+    needs = (
+        (any((run_dir / "checkpoints").glob("*.ckpt")), "a checkpoint (checkpoints/*.ckpt)"),
+        ((run_dir / "metrics.csv").is_file(), "metrics (metrics.csv; the run needs logger=csv)"),
+        ((run_dir / ".hydra" / "config.yaml").is_file(), "the run's config (.hydra/config.yaml)"),
+        ((run_dir / "predictions.h5").is_file(), "predictions (predictions.h5, written when training ends)"),
+    )
+    return [what for present, what in needs if not present]
+
+
+def looks_like_run(path: Path) -> bool:
+    """Whether ``path`` holds any run output of its own (a sweep directory does not)."""
+    return any((path / name).exists() for name in (".hydra", "checkpoints", "metrics.csv"))
+
+
+def sweep_runs(sweep_dir: Path) -> list[Path]:
+    """The run subdirectories of a sweep, in numeric order of their names where they are numbers (Hydra's)."""
+    runs = [p for p in sweep_dir.iterdir() if p.is_dir() and looks_like_run(p)]
+    return sorted(runs, key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name))
+
+
+def final_metrics(columns: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """The last logged value of every metric column (``epoch`` and ``step`` excluded)."""
+    final = {}
+    for name, values in columns.items():
+        logged = values[np.isfinite(values)]
+        if name not in ("epoch", "step") and logged.size:
+            final[name] = float(logged[-1])
+    return final
+
+
+def _epochs(columns: Mapping[str, np.ndarray]) -> int:
+    """Epochs a run trained: the last epoch that logged ``train/loss``, plus one (test rows log the epoch after
+    the last)."""
+    if "train/loss" not in columns:
+        return 0
+    epochs, _ = metric_series(columns, "train/loss")
+    return int(epochs.max()) + 1 if epochs.size else 0
+
+
+def _number(value: float | None) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:.4g}"
+
+
+def _choices(run_dir: Path) -> dict[str, str]:
+    """Hydra's config-group choices of a run (model, law, solver, ...), empty when not recorded."""
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    if not hydra_file.is_file():
+        return {}
+    choices = OmegaConf.select(OmegaConf.load(hydra_file), "hydra.runtime.choices", default={})
+    return {
+        str(k): str(v)
+        for k, v in OmegaConf.to_container(choices).items()
+        if v is not None and not str(k).startswith("hydra")
+    }
+
+
+def _overrides(run_dir: Path) -> list[str]:
+    """The command-line overrides a run was started with (Hydra's record of them)."""
+    path = run_dir / ".hydra" / "overrides.yaml"
+    return [str(o) for o in OmegaConf.to_container(OmegaConf.load(path))] if path.is_file() else []
+
+
+def _code(overrides: list[str]) -> str:
+    return f"`{' '.join(overrides)}`" if overrides else "(defaults)"
+
+
+def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int = 120) -> Path:
+    """Write the figure set and ``report.md`` of one finished run; returns the report's path.
+
+    Raises:
+        RunDirectoryError: the directory does not exist or lacks a checkpoint, metrics, config or predictions.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDirectoryError(f"{run_dir}: no such directory")
+    missing = missing_outputs(run_dir)
+    if missing:
+        raise RunDirectoryError(f"{run_dir}: not a finished run; missing {', '.join(missing)}")
+    output = Path(output) if output is not None else run_dir
+    columns = read_metrics(run_dir)
+    fields = read_predictions(run_dir / "predictions.h5")
+    paths = save_figures(figure_set(fields, columns), output / "figures", dpi=dpi)
+    final = final_metrics(columns)
+
+    lines = [f"# Run report: {run_dir.name}", "", f"- run directory: `{run_dir.resolve()}`"]
+    choices = _choices(run_dir)
+    if choices:
+        lines.append("- config groups: " + ", ".join(f"{k}={v}" for k, v in choices.items()))
+    splits = {s: sum(f.split == s for f in fields) for s in STAGES}
+    lines += [
+        f"- overrides: {_code(_overrides(run_dir))}",
+        f"- epochs trained: {_epochs(columns)}; fractures: "
+        + ", ".join(f"{n} {s}" for s, n in splits.items() if n)
+        + f"; law: {fields[0].law}",
+        "",
+        "## Metrics (last logged epoch)",
+        "",
+        "| split | " + " | ".join(header for _, header in METRIC_COLUMNS) + " |",
+        "|---" * (len(METRIC_COLUMNS) + 1) + "|",
+    ]
+    for stage in STAGES:
+        if f"{stage}/mse" in final:
+            values = (final.get(f"{stage}/{suffix}") for suffix, _ in METRIC_COLUMNS)
+            lines.append(f"| {stage} | " + " | ".join(_number(v) for v in values) + " |")
+    lines += ["", IMPROVEMENT_NOTE, "", "## Figures", ""]
+    lines += [f"![{name}]({path.relative_to(output).as_posix()})" for name, path in paths.items()]
+    config_text = (run_dir / ".hydra" / "config.yaml").read_text()
+    lines += ["", "## Config", "", "```yaml", config_text.rstrip(), "```", ""]
+    report = output / "report.md"
+    report.write_text("\n".join(lines))
+    return report
+
+
+def report_sweep(
+    sweep_dir: str | Path, output: str | Path | None = None, dpi: int = 120
+) -> tuple[Path, list[str]]:
+    """Write ``report.md`` with one row per run of a sweep, and each complete run's own report.
+
+    Returns the table's path and one line per incomplete run (what it lacks); those runs are listed in the table
+    too, with their status.
+    """
+    sweep_dir = Path(sweep_dir)
+    output = Path(output) if output is not None else sweep_dir
+    runs = sweep_runs(sweep_dir)
+    if not runs:
+        raise RunDirectoryError(f"{sweep_dir}: holds no run directories")
+    overrides = {run: _overrides(run) for run in runs}
+    # The table shows what varies between runs; what all runs share is said once above it.
+    shared = [o for o in overrides[runs[0]] if all(o in others for others in overrides.values())]
+    lines = [
+        f"# Sweep report: {sweep_dir.name}",
+        "",
+        f"{len(runs)} run(s) in `{sweep_dir.resolve()}`, all with {_code(shared)}. {IMPROVEMENT_NOTE}",
+        "",
+        "| run | overrides | status | epochs | " + " | ".join(h for _, h in SWEEP_COLUMNS) + " |",
+        "|---" * (len(SWEEP_COLUMNS) + 4) + "|",
+    ]
+    incomplete = []
+    for run in runs:
+        missing = missing_outputs(run)
+        final: dict[str, float] = {}
+        epochs = "–"
+        if (run / "metrics.csv").is_file():
+            columns = read_metrics(run)
+            final, epochs = final_metrics(columns), str(_epochs(columns))
+        if missing:
+            status = "incomplete: missing " + ", ".join(missing)
+            incomplete.append(f"{run} is missing " + ", ".join(missing))
+            name = run.name
+        else:
+            status = "complete"
+            report = report_run(run, output / run.name, dpi=dpi)
+            name = f"[{run.name}]({report.relative_to(output).as_posix()})"
+        values = " | ".join(_number(final.get(column)) for column, _ in SWEEP_COLUMNS)
+        varied = [o for o in overrides[run] if o not in shared]
+        lines.append(f"| {name} | {_code(varied)} | {status} | {epochs} | {values} |")
+    table = output / "report.md"
+    output.mkdir(parents=True, exist_ok=True)
+    table.write_text("\n".join([*lines, ""]))
+    return table, incomplete

@@ -1,0 +1,361 @@
+"""Figures of a trained correction: aperture, learned W, pressures, pixel-wise errors, training curves, gallery.
+
+Every ``plot_*`` function takes the fields of a run (:class:`~flowlearn.runs.FractureFields`, as read from
+``predictions.h5``, or the columns of ``metrics.csv``) and returns a :class:`matplotlib.figure.Figure`. Figures are
+built without pyplot, so nothing depends on a GUI backend or on global figure state and they render in any thread,
+in a training callback as well as in a notebook.
+
+Conventions shared by all maps:
+
+- the image is drawn with row 0 at the bottom (y grows upwards) and the inlet (column 0) on the left;
+- axes are in millimetres when the voxel size is known, in pixels otherwise;
+- pixels without a solved pressure (contact spots, regions cut off from the faces) are NaN and drawn light grey;
+- panels that are compared share one colour scale and one colourbar;
+- a 3D field (D, H, W) is shown by its middle slice along the first axis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.colors import Colormap, Normalize
+from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
+from matplotlib.ticker import MaxNLocator
+
+from flowlearn.runs import FractureFields, metric_series
+
+# Grey for pixels that carry no flow: readable next to every colour map used here.
+INACTIVE_COLOUR = "0.6"
+# What W or w multiplies, per permeability law (for titles).
+LAW_FORMULAS = {
+    "cubic": "k = Ap²/12 · W",
+    "transmissivity": "k = Ap³/12 · W",
+    "exponent": "K = Ap^(2·relu(w))",
+}
+PANEL_INCHES = 3.6  # width of one map panel
+HELD_OUT = ("val", "test")
+
+
+def relative_error(
+    predicted: np.ndarray, reference: np.ndarray, mask: np.ndarray
+) -> tuple[np.ndarray, float, float]:
+    """Pixel-wise relative error 100·|p̂ − p|/|p| in %, NaN outside ``mask``, with its mean and max over ``mask``.
+
+    Args:
+        predicted, reference: float pressure arrays of one shape.
+        mask: bool array of that shape, the pixels to compare (at least one).
+
+    Returns:
+        (error map float64, mean %, max %).
+    """
+    if not mask.any():
+        raise ValueError("no pixel to compare: the mask is empty")
+    error = np.full(mask.shape, np.nan)
+    error[mask] = 100 * np.abs(predicted[mask] - reference[mask]) / np.abs(reference[mask])
+    return error, float(error[mask].mean()), float(error[mask].max())
+
+
+def error_title(label: str, mean: float, maximum: float) -> str:
+    """Title of an error panel; the numbers carry three significant digits (what the tests read back)."""
+    return f"{label}\nmean {mean:.3g} %, max {maximum:.3g} %"
+
+
+# -- building blocks ------------------------------------------------------------------------------------------
+
+
+def _plane(array: np.ndarray) -> np.ndarray:
+    """The 2D image to draw: the array itself, or the middle slice of a 3D array along its first axis."""
+    return array[array.shape[0] // 2] if array.ndim == 3 else array
+
+
+def _slice_note(fields: FractureFields) -> str:
+    depth = fields.aperture.shape[0] if fields.aperture.ndim == 3 else 0
+    return f" (slice {depth // 2} of {depth})" if depth else ""
+
+
+def _masked(fields: FractureFields, array: np.ndarray) -> np.ndarray:
+    """``array`` with NaN wherever no pressure was solved, as the 2D plane to draw."""
+    return _plane(np.where(fields.solved, array, np.nan))
+
+
+def _cmap(name: str) -> Colormap:
+    return colormaps[name].with_extremes(bad=INACTIVE_COLOUR)
+
+
+def _has_voxel_size(fields: FractureFields) -> bool:
+    return math.isfinite(fields.voxel_size) and fields.voxel_size > 0
+
+
+def _show(ax: Axes, fields: FractureFields, image: np.ndarray, cmap: Colormap, norm: Normalize) -> AxesImage:
+    """Draw one map with physical axes (mm when the voxel size is known, else pixels)."""
+    height, width = image.shape
+    if _has_voxel_size(fields):
+        scale, unit = fields.voxel_size * 1e3, "mm"
+    else:
+        scale, unit = 1.0, "pixels"
+    ax.set_xlabel(f"x ({unit})")
+    ax.set_ylabel(f"y ({unit})")
+    return ax.imshow(
+        image,
+        cmap=cmap,
+        norm=norm,
+        origin="lower",
+        extent=(0, width * scale, 0, height * scale),
+        interpolation="nearest",
+    )
+
+
+def _colorbar(ax: Axes, image: AxesImage, label: str) -> None:
+    """A colourbar right of ``ax``, exactly as tall as it (an inset, so the layout leaves no gap before it)."""
+    ax.figure.colorbar(image, cax=ax.inset_axes((1.04, 0.0, 0.05, 1.0)), label=label, format="%.3g")
+
+
+def _row(panels: int, fields: FractureFields) -> tuple[Figure, list[Axes]]:
+    """A figure with ``panels`` map axes in a row, sized to the map's aspect ratio."""
+    height, width = _plane(fields.aperture).shape
+    # Room around each panel for tick labels and titles, and once for the colourbar.
+    figsize = (panels * (PANEL_INCHES + 0.5) + 1.0, PANEL_INCHES * height / width + 1.3)
+    fig = Figure(figsize=figsize, layout="compressed")
+    return fig, list(np.atleast_1d(fig.subplots(1, panels)))
+
+
+def _aperture_scale(fields: FractureFields) -> tuple[float, str]:
+    """Factor and colourbar label for aperture values: micrometres when the voxel size is known."""
+    if _has_voxel_size(fields):
+        return 1e6, "aperture Ap (µm)"
+    return 1.0, "aperture Ap (file units)"
+
+
+def _correction_image(fields: FractureFields) -> tuple[np.ndarray, float, str]:
+    """The correction as drawn, the centre of its diverging scale, and its colourbar label.
+
+    W is shown as log10 W, centred on 0 (W = 1: the law unchanged); the exponent law's w is centred on 1, where
+    K = Ap² (the cubic law).
+    """
+    if fields.correction_name == "w":
+        return _masked(fields, fields.correction), 1.0, "exponent w (1 = cubic law)"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _masked(fields, np.log10(fields.correction)), 0.0, "log₁₀ W (0: W = 1)"
+
+
+def _diverging(images: Sequence[np.ndarray], centre: float) -> Normalize:
+    """A scale symmetric about ``centre`` that holds every finite value, so equal colours mean equal departures."""
+    spread = max((float(np.nanmax(np.abs(i - centre))) for i in images if np.isfinite(i).any()), default=0.0)
+    # A correction that has not moved (W = 1 everywhere) still gets a valid, narrow scale.
+    spread = max(spread, 1e-3)
+    return Normalize(centre - spread, centre + spread)
+
+
+def _correction_title(fields: FractureFields) -> str:
+    formula = LAW_FORMULAS.get(fields.law, fields.law)
+    return f"learned {fields.correction_name} ({formula})"
+
+
+# -- figures --------------------------------------------------------------------------------------------------
+
+
+def plot_aperture(fields: FractureFields) -> Figure:
+    """The aperture map of one fracture (one panel, one colourbar)."""
+    fig, (ax,) = _row(1, fields)
+    factor, label = _aperture_scale(fields)
+    image = _plane(np.where(fields.active, fields.aperture * factor, np.nan))
+    im = _show(ax, fields, image, _cmap("YlGnBu"), Normalize(0, float(np.nanmax(image))))
+    ax.set_title(f"aperture, {fields.name}{_slice_note(fields)}")
+    _colorbar(ax, im, label)
+    return fig
+
+
+def plot_correction(fields: FractureFields) -> Figure:
+    """The learned correction W (as log10 W) or exponent w, on a diverging scale (one panel, one colourbar)."""
+    fig, (ax,) = _row(1, fields)
+    image, centre, label = _correction_image(fields)
+    im = _show(ax, fields, image, _cmap("RdBu_r"), _diverging([image], centre))
+    ax.set_title(f"{_correction_title(fields)}{_slice_note(fields)}")
+    _colorbar(ax, im, label)
+    return fig
+
+
+def plot_pressure(fields: FractureFields) -> Figure:
+    """Reference (LBM), cubic-law and learned pressure on one shared scale (three panels, one colourbar)."""
+    fig, axes = _row(3, fields)
+    images = [_masked(fields, p) for p in (fields.pressure_reference, fields.pressure_cubic, fields.pressure)]
+    norm = Normalize(min(float(np.nanmin(i)) for i in images), max(float(np.nanmax(i)) for i in images))
+    titles = ("reference (LBM)", "cubic law (W = 1)", f"learned {fields.correction_name}")
+    for ax, image, title in zip(axes, images, titles):
+        im = _show(ax, fields, image, _cmap("viridis"), norm)
+        ax.set_title(f"pressure: {title}")
+    _colorbar(axes[-1], im, "pressure (inlet 2, outlet 1)")
+    fig.suptitle(f"{fields.name}{_slice_note(fields)}")
+    return fig
+
+
+def plot_error(fields: FractureFields) -> Figure:
+    """Pixel-wise relative error |p̂ − p|/p in % of the cubic law and the learned model, on one shared scale.
+
+    Titles carry the mean and max over every solved pixel (the whole volume for 3D fields, not only the slice).
+    """
+    fig, axes = _row(2, fields)
+    mask = fields.solved
+    cubic, cubic_mean, cubic_max = relative_error(fields.pressure_cubic, fields.pressure_reference, mask)
+    learned, learned_mean, learned_max = relative_error(fields.pressure, fields.pressure_reference, mask)
+    norm = Normalize(0, max(cubic_max, learned_max, 1e-12))
+    panels = (
+        (cubic, error_title("cubic law (W = 1)", cubic_mean, cubic_max)),
+        (learned, error_title(f"learned {fields.correction_name}", learned_mean, learned_max)),
+    )
+    for ax, (error, title) in zip(axes, panels):
+        im = _show(ax, fields, _plane(error), _cmap("magma_r"), norm)
+        ax.set_title(title)
+    _colorbar(axes[-1], im, "relative error |p̂ − p|/p (%)")
+    fig.suptitle(f"{fields.name}{_slice_note(fields)}")
+    return fig
+
+
+def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
+    """Training curves from the columns of ``metrics.csv`` (see :func:`flowlearn.runs.read_metrics`).
+
+    Left: the loss (MSE) of training and validation, with the cubic law's validation MSE dashed. Right: the mean
+    relative pressure error (%) of each logged stage, with the cubic law's dashed in the same colour. Test
+    metrics, logged once, are single markers.
+    """
+    fig = Figure(figsize=(10.5, 3.8), layout="compressed")
+    loss_ax, error_ax = fig.subplots(1, 2)
+    colours = {"train": "C0", "val": "C1", "test": "C2"}
+
+    def draw(ax: Axes, name: str, label: str, **style) -> None:
+        if name in columns and np.isfinite(columns[name]).any():
+            epochs, values = metric_series(columns, name)
+            if len(values) == 1:
+                # A metric logged once (test, after training) is a point: filled for the model, open for the law.
+                dashed = style.get("linestyle") == "--"
+                style = {**style, "marker": "o", "markerfacecolor": "none" if dashed else style["color"]}
+            ax.plot(epochs, values, label=label, **style)
+
+    draw(loss_ax, "train/loss", "train loss", color=colours["train"])
+    for stage in ("val", "test"):
+        draw(loss_ax, f"{stage}/mse", f"{stage} MSE", color=colours[stage])
+        draw(loss_ax, f"{stage}/cubic_mse", f"{stage} MSE, cubic law", color=colours[stage], linestyle="--")
+    for stage in ("train", "val", "test"):
+        draw(error_ax, f"{stage}/rel_err_mean", f"{stage}, learned", color=colours[stage])
+        draw(
+            error_ax,
+            f"{stage}/cubic_rel_err_mean",
+            f"{stage}, cubic law",
+            color=colours[stage],
+            linestyle="--",
+        )
+    loss_ax.set(title="loss", xlabel="epoch", ylabel="MSE (pressure²)", yscale="log")
+    error_ax.set(title="mean relative pressure error", xlabel="epoch", ylabel="|p̂ − p|/p (%)")
+    for ax in (loss_ax, error_ax):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax.lines:
+            ax.legend(fontsize="small")
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
+    """Held-out fractures side by side: aperture, learned correction, cubic-law error, learned-model error.
+
+    One row per fracture (the first ``max_rows``); each column shares one colour scale and one colourbar, and the
+    two error columns share theirs, so that rows and the two models compare directly.
+    """
+    rows = list(fields)[:max_rows]
+    if not rows:
+        raise ValueError("the gallery needs at least one fracture")
+    height, width = _plane(rows[0].aperture).shape
+    fig = Figure(
+        figsize=(4 * PANEL_INCHES * 0.8, len(rows) * PANEL_INCHES * 0.8 * height / width + 2.2),
+        layout="compressed",
+    )
+    axes = np.atleast_2d(fig.subplots(len(rows), 4))
+    factor, aperture_label = _aperture_scale(rows[0])
+    apertures = [_plane(np.where(f.active, f.aperture * factor, np.nan)) for f in rows]
+    corrections = [_correction_image(f) for f in rows]
+    errors = [
+        [relative_error(p, f.pressure_reference, f.solved) for p in (f.pressure_cubic, f.pressure)]
+        for f in rows
+    ]
+    aperture_norm = Normalize(0, max(float(np.nanmax(a)) for a in apertures))
+    correction_norm = _diverging([c[0] for c in corrections], corrections[0][1])
+    error_norm = Normalize(0, max(max(e[0][2], e[1][2]) for e in errors))
+    for r, f in enumerate(rows):
+        (cubic, cubic_mean, cubic_max), (learned, learned_mean, learned_max) = errors[r]
+        drawn = (
+            _show(axes[r, 0], f, apertures[r], _cmap("YlGnBu"), aperture_norm),
+            _show(axes[r, 1], f, corrections[r][0], _cmap("RdBu_r"), correction_norm),
+            _show(axes[r, 2], f, _plane(cubic), _cmap("magma_r"), error_norm),
+            _show(axes[r, 3], f, _plane(learned), _cmap("magma_r"), error_norm),
+        )
+        axes[r, 0].set_title(f"{f.name} ({f.split})", fontsize="small")
+        axes[r, 1].set_title(f"learned {f.correction_name}", fontsize="small")
+        axes[r, 2].set_title(error_title("cubic law", cubic_mean, cubic_max), fontsize="small")
+        axes[r, 3].set_title(
+            error_title(f"learned {f.correction_name}", learned_mean, learned_max), fontsize="small"
+        )
+    # One colourbar under each shared-scale column group, drawn from the images of the last row.
+    for column, image, label in (
+        (axes[:, 0], drawn[0], aperture_label),
+        (axes[:, 1], drawn[1], corrections[0][2]),
+        (axes[:, 2:], drawn[2], "relative error |p̂ − p|/p (%)"),
+    ):
+        # Plain numbers: an offset label ("1e-5") would collide with the axis label.
+        fig.colorbar(image, ax=column.ravel().tolist(), location="bottom", label=label, format="%.3g")
+    # Axis labels once per row and column: the panels all share the same units.
+    for ax in axes[:, 1:].flat:
+        ax.set_ylabel("")
+    for ax in axes[:-1].flat:
+        ax.set_xlabel("")
+    fig.suptitle("held-out fractures")
+    return fig
+
+
+# -- the figure set -------------------------------------------------------------------------------------------
+
+
+def showcase(fields: Sequence[FractureFields]) -> FractureFields:
+    """The fracture the single-fracture maps show: the first test fracture, else validation, else training."""
+    for split in ("test", "val", "train", "predict"):
+        for f in fields:
+            if f.split == split:
+                return f
+    raise ValueError("no fracture to show")
+
+
+def figure_set(
+    fields: Sequence[FractureFields], columns: Mapping[str, np.ndarray] | None = None
+) -> dict[str, Figure]:
+    """Every figure of a run, keyed by file stem: ``aperture``, ``correction``, ``pressure``, ``error`` (of the
+    :func:`showcase` fracture), ``curves`` (when ``columns`` are given) and ``gallery`` (when the run holds more
+    than one held-out fracture)."""
+    shown = showcase(fields)
+    figures = {
+        "aperture": plot_aperture(shown),
+        "correction": plot_correction(shown),
+        "pressure": plot_pressure(shown),
+        "error": plot_error(shown),
+    }
+    if columns is not None:
+        figures["curves"] = plot_curves(columns)
+    held_out = [f for f in fields if f.split in HELD_OUT]
+    if len(held_out) > 1:
+        figures["gallery"] = plot_gallery(held_out)
+    return figures
+
+
+def save_figures(figures: Mapping[str, Figure], directory: str | Path, dpi: int = 110) -> dict[str, Path]:
+    """Write each figure to ``<directory>/<name>.png``; returns the paths by name."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, fig in figures.items():
+        paths[name] = directory / f"{name}.png"
+        # Trimmed to the drawn content: the fixed-aspect maps rarely fill the figure's height exactly.
+        fig.savefig(paths[name], dpi=dpi, bbox_inches="tight")
+    return paths

@@ -1,0 +1,159 @@
+"""A Lightning callback that draws the run's figures while it trains and when it ends.
+
+Files go to ``<run dir>/figures/``:
+
+- ``epoch_000/`` before the first step (the starting correction), then ``epoch_<n>/`` after epoch n when a periodic
+  render is due: the learned correction, pressures and pixel-wise errors of one fracture (the first test
+  fracture, else validation, else training; see :func:`flowlearn.viz.showcase`);
+- at the end of fitting, the full set (:func:`flowlearn.viz.figure_set`) in ``figures/`` itself: aperture,
+  correction, pressure, error, the curves of ``metrics.csv`` (CSV logger) and the held-out gallery.
+
+With a TensorBoard logger every figure is also logged as an image, under ``figures/<name>``.
+
+Cost: a periodic render is skipped when it would take the callback's time during training above ``max_overhead``
+of the training time so far; the cost of the next render is estimated by the last measured one (the first from the
+render before training). So at the defaults the figures never take more than 5% of the training time, whatever
+the size of the fractures. Only the global-zero process draws.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from matplotlib.figure import Figure
+
+from flowlearn.data.datamodule import FractureDataset
+from flowlearn.module import FractureFlowModule
+from flowlearn.predict import predicted_fields, voxel_size
+from flowlearn.runs import FractureFields, read_metrics
+from flowlearn.viz import HELD_OUT, figure_set, plot_correction, plot_error, plot_pressure, save_figures
+
+SHOWCASE_ORDER = ("test", "val", "train")
+
+
+class FigureCallback(L.Callback):
+    """Write figures every ``every_n_epochs`` epochs (within the ``max_overhead`` budget) and at the end of fit.
+
+    Args:
+        every_n_epochs: epochs between periodic renders; 0 renders only before and after training.
+        max_overhead: largest ratio of the periodic renders' time to the training time (0.05 = 5%; 0 renders only
+            before and after training).
+        gallery_size: held-out fractures in the final gallery.
+        dpi: resolution of the PNG files.
+        dirname: folder under the run directory (the trainer's ``default_root_dir``).
+    """
+
+    def __init__(
+        self,
+        every_n_epochs: int = 5,
+        max_overhead: float = 0.05,
+        gallery_size: int = 6,
+        dpi: int = 100,
+        dirname: str = "figures",
+    ) -> None:
+        if every_n_epochs < 0:
+            raise ValueError(f"every_n_epochs must be >= 0, got {every_n_epochs}")
+        if not max_overhead >= 0:
+            raise ValueError(f"max_overhead must be >= 0, got {max_overhead}")
+        self.every_n_epochs = every_n_epochs
+        self.max_overhead = max_overhead
+        self.gallery_size = gallery_size
+        self.dpi = dpi
+        self.dirname = dirname
+        # Bookkeeping of the budget, in seconds (perf_counter); public so that benchmarks can read it.
+        self.render_seconds: dict[str, float] = {}
+        self.spent_s = 0.0
+        self._start = 0.0
+        self._estimate = 0.0
+
+    # -- hooks ----------------------------------------------------------------------------------------------
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: FractureFlowModule) -> None:
+        if trainer.is_global_zero:
+            # A resumed run starts with current_epoch epochs done.
+            self._estimate = self._render_progress(trainer, pl_module, trainer.current_epoch)
+        self.spent_s = 0.0
+        self._start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: FractureFlowModule) -> None:
+        done = trainer.current_epoch + 1
+        if not trainer.is_global_zero or not self.every_n_epochs or done % self.every_n_epochs:
+            return
+        training = time.perf_counter() - self._start - self.spent_s
+        if self.spent_s + self._estimate > self.max_overhead * training:
+            return
+        self._estimate = self._render_progress(trainer, pl_module, done)
+        self.spent_s += self._estimate
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: FractureFlowModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        begin = time.perf_counter()
+        fields = self._fields(trainer, pl_module, self.gallery_size)
+        csv = next((lg for lg in trainer.loggers if isinstance(lg, CSVLogger)), None)
+        columns = read_metrics(csv.log_dir) if csv is not None else None
+        self._write(trainer, figure_set(fields, columns), self._root(trainer))
+        self.render_seconds["final"] = time.perf_counter() - begin
+
+    # -- rendering ------------------------------------------------------------------------------------------
+
+    def _root(self, trainer: L.Trainer) -> Path:
+        return Path(trainer.default_root_dir) / self.dirname
+
+    def _render_progress(self, trainer: L.Trainer, pl_module: FractureFlowModule, epochs: int) -> float:
+        """Draw the maps that change during training, for the showcase fracture after ``epochs`` epochs, to
+        ``figures/epoch_<epochs>``; returns the seconds it took."""
+        begin = time.perf_counter()
+        (shown,) = self._fields(trainer, pl_module, 0)
+        figures = {
+            "correction": plot_correction(shown),
+            "pressure": plot_pressure(shown),
+            "error": plot_error(shown),
+        }
+        self._write(trainer, figures, self._root(trainer) / f"epoch_{epochs:03d}")
+        seconds = time.perf_counter() - begin
+        self.render_seconds[f"epoch_{epochs:03d}"] = seconds
+        return seconds
+
+    def _fields(
+        self, trainer: L.Trainer, pl_module: FractureFlowModule, held_out: int
+    ) -> list[FractureFields]:
+        """The showcase fracture's fields, then up to ``held_out`` more validation and test fractures."""
+        splits: dict[str, FractureDataset] = trainer.datamodule.splits
+        wanted: list[tuple[str, int]] = []
+        showcase = next((s for s in SHOWCASE_ORDER if len(splits[s])), None)
+        if showcase is not None:
+            wanted.append((showcase, 0))
+        for split in HELD_OUT:
+            wanted += [(split, i) for i in range(len(splits[split])) if (split, i) not in wanted]
+        wanted = wanted[: 1 + held_out]
+        was_training = pl_module.training
+        pl_module.eval()
+        try:
+            return [self._predict(pl_module, splits[split], index, split) for split, index in wanted]
+        finally:
+            pl_module.train(was_training)
+
+    @staticmethod
+    def _predict(
+        module: FractureFlowModule, dataset: FractureDataset, index: int, split: str
+    ) -> FractureFields:
+        item = dataset[index]
+        return FractureFields(
+            name=item["name"].replace("/", "__"),
+            split=split,
+            law=module.law.name,
+            correction_name=module.law.correction_name,
+            voxel_size=voxel_size(dataset.refs[index]),
+            **predicted_fields(module, item),
+        )
+
+    def _write(self, trainer: L.Trainer, figures: dict[str, Figure], directory: Path) -> None:
+        save_figures(figures, directory, dpi=self.dpi)
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                for name, fig in figures.items():
+                    logger.experiment.add_figure(f"figures/{name}", fig, trainer.global_step, close=False)

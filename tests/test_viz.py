@@ -1,0 +1,229 @@
+"""Figures of a finished run, rendered for real from a tiny training run: files, panels, colourbars, scales, titles."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import numpy as np
+import pytest
+from matplotlib.image import AxesImage, imread
+from viz_support import SHAPE, VOXEL_SIZE, tiny_run, train
+
+from flowlearn.runs import metric_series, read_metrics, read_predictions
+from flowlearn.viz import (
+    INACTIVE_COLOUR,
+    figure_set,
+    plot_correction,
+    plot_curves,
+    plot_error,
+    plot_gallery,
+    plot_pressure,
+    save_figures,
+    showcase,
+)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return tiny_run(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="module")
+def fields(run):
+    return read_predictions(run / "predictions.h5")
+
+
+def images(fig) -> list[AxesImage]:
+    return [image for ax in fig.axes for image in ax.images]
+
+
+def colourbar_labels(fig) -> list[str]:
+    """Labels of the distinct colourbars attached to the figure's images."""
+    bars = {id(i.colorbar): i.colorbar for i in images(fig) if i.colorbar is not None}
+    return [bar.ax.get_ylabel() or bar.ax.get_xlabel() for bar in bars.values()]
+
+
+def title_numbers(title: str) -> tuple[float, float]:
+    mean, maximum = re.search(r"mean (\S+) %, max (\S+) %", title).groups()
+    return float(mean), float(maximum)
+
+
+def independent_errors(predicted: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> tuple[float, float]:
+    """Mean and max of 100·|p̂ − p|/p over ``mask``, from the arrays alone."""
+    relative = [100 * abs(p - r) / abs(r) for p, r in zip(predicted[mask], reference[mask])]
+    return sum(relative) / len(relative), max(relative)
+
+
+def test_predictions_carry_the_voxel_size_and_inactive_pixels(fields):
+    assert len(fields) == 6
+    for f in fields:
+        assert f.voxel_size == VOXEL_SIZE
+        assert f.aperture.shape == SHAPE
+        assert (~f.active).any() and np.isnan(f.pressure[~f.active]).all()
+
+
+def test_every_figure_renders_to_a_nontrivial_png(fields, run, tmp_path):
+    paths = save_figures(figure_set(fields, read_metrics(run)), tmp_path, dpi=60)
+    assert set(paths) == {"aperture", "correction", "pressure", "error", "curves", "gallery"}
+    for path in paths.values():
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        pixels = imread(path)
+        assert pixels.shape[0] > 150 and pixels.shape[1] > 250, path.name
+        # Not a blank canvas: a drawn map has many distinct colours.
+        assert len(np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)) > 50, path.name
+
+
+def test_panels_colourbars_and_units(fields):
+    figures = figure_set(fields)
+    expected = {  # figure: (map panels, colourbar labels, each with its unit)
+        "aperture": (1, ["aperture Ap (µm)"]),
+        "correction": (1, ["log₁₀ W (0: W = 1)"]),
+        "pressure": (3, ["pressure (inlet 2, outlet 1)"]),
+        "error": (2, ["relative error |p̂ − p|/p (%)"]),
+        "gallery": (4 * 4, ["aperture Ap (µm)", "log₁₀ W (0: W = 1)", "relative error |p̂ − p|/p (%)"]),
+    }
+    assert "curves" not in figures  # no metrics given
+    for name, (panels, labels) in expected.items():
+        fig = figures[name]
+        assert len(images(fig)) == panels, name
+        assert sorted(colourbar_labels(fig)) == sorted(labels), name
+        for image in images(fig):
+            assert image.axes.get_xlabel() in ("x (mm)", ""), name
+            # Inactive pixels are NaN and drawn in the neutral colour.
+            assert np.ma.getmaskarray(image.get_array()).any(), name
+            assert image.cmap.get_bad() == pytest.approx((*[float(INACTIVE_COLOUR)] * 3, 1.0)), name
+    # Panels that compare share one scale.
+    for name in ("pressure", "error"):
+        assert len({i.get_clim() for i in images(figures[name])}) == 1, name
+    # Map extent is the physical size of the fracture in mm.
+    height, width = SHAPE
+    extent = images(figures["aperture"])[0].get_extent()
+    assert extent == pytest.approx([0, width * VOXEL_SIZE * 1e3, 0, height * VOXEL_SIZE * 1e3])
+
+
+def test_pressure_scale_holds_every_field(fields):
+    shown = showcase(fields)
+    assert shown.split == "test"
+    (low, high), *_ = {i.get_clim() for i in images(plot_pressure(shown))}
+    solved = shown.solved
+    for p in (shown.pressure, shown.pressure_cubic, shown.pressure_reference):
+        assert low <= p[solved].min() and p[solved].max() <= high
+
+
+def test_error_titles_equal_metrics_computed_from_the_arrays(fields, run):
+    held_out = [f for f in fields if f.split in ("val", "test")]
+    for f in held_out:
+        ax_cubic, ax_learned = (image.axes for image in images(plot_error(f)))
+        mask = f.active & ~np.isnan(f.pressure)
+        for ax, predicted in ((ax_cubic, f.pressure_cubic), (ax_learned, f.pressure)):
+            shown = title_numbers(ax.get_title())
+            expected = independent_errors(predicted, f.pressure_reference, mask)
+            assert shown == tuple(float(f"{value:.3g}") for value in expected), (f.name, ax.get_title())
+    # The gallery's titles say the same numbers, row by row (cubic law, then learned).
+    gallery = plot_gallery(held_out)
+    titled = [title_numbers(i.axes.get_title()) for i in images(gallery) if "mean" in i.axes.get_title()]
+    expected = [
+        tuple(float(f"{v:.3g}") for v in independent_errors(p, f.pressure_reference, f.solved))
+        for f in held_out
+        for p in (f.pressure_cubic, f.pressure)
+    ]
+    assert titled == expected
+    # And the per-fracture means average to what the training module logged for the test split.
+    test = [f for f in held_out if f.split == "test"]
+    logged = metric_series(read_metrics(run), "test/rel_err_mean")[1][-1]
+    mean = np.mean([independent_errors(f.pressure, f.pressure_reference, f.solved)[0] for f in test])
+    assert mean == pytest.approx(logged, rel=1e-9)
+
+
+def test_correction_scale_is_diverging_and_centred(fields):
+    shown = showcase(fields)
+    (image,) = images(plot_correction(shown))
+    low, high = image.get_clim()
+    assert low == pytest.approx(-high)
+    log_w = np.log10(shown.correction[shown.solved])
+    assert high == pytest.approx(np.abs(log_w).max())
+    assert image.cmap.name.startswith("RdBu_r")
+    # The exponent law's w is centred on 1, where K = Ap² is the cubic law.
+    w = np.where(
+        shown.active, 0.8 + 0.1 * np.arange(shown.active.size).reshape(SHAPE) / shown.active.size, 0.0
+    )
+    exponent = dataclasses.replace(shown, law="exponent", correction_name="w", correction=w)
+    (image,) = images(plot_correction(exponent))
+    low, high = image.get_clim()
+    assert (low + high) / 2 == pytest.approx(1.0)
+    assert low == pytest.approx(w[shown.solved].min())
+    assert "exponent w" in image.colorbar.ax.get_ylabel()
+
+
+def test_unknown_voxel_size_plots_in_pixels(fields):
+    shown = dataclasses.replace(showcase(fields), voxel_size=math.nan)
+    figure = plot_pressure(shown)
+    for image in images(figure):
+        assert image.get_extent() == [0, SHAPE[1], 0, SHAPE[0]]
+        assert image.axes.get_ylabel() == "y (pixels)"
+    assert colourbar_labels(figure_set([shown])["aperture"]) == ["aperture Ap (file units)"]
+
+
+def test_curves_plot_the_logged_metrics(run):
+    columns = read_metrics(run)
+    fig = plot_curves(columns)
+    loss_ax, error_ax = fig.axes
+    lines = {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
+    for label, column in (
+        ("train loss", "train/loss"),
+        ("val MSE", "val/mse"),
+        ("val, learned", "val/rel_err_mean"),
+    ):
+        epochs, values = metric_series(columns, column)
+        np.testing.assert_array_equal(lines[label].get_xdata(), epochs)
+        np.testing.assert_array_equal(lines[label].get_ydata(), values)
+    assert lines["val, cubic law"].get_linestyle() == "--"
+    assert loss_ax.get_yscale() == "log"
+    assert error_ax.get_ylabel() == "|p̂ − p|/p (%)"
+
+
+def test_single_fracture_set_has_no_gallery(fields):
+    assert "gallery" not in figure_set([dataclasses.replace(fields[0], split="train")])
+
+
+def test_callback_writes_progress_and_final_figures(run):
+    figures = run / "figures"
+    # Before training, then after epoch 2 of 3 (every 2 epochs; the tiny run lifts the time budget), then the
+    # full set.
+    assert sorted(p.name for p in figures.glob("epoch_*")) == ["epoch_000", "epoch_002"]
+    for epoch_dir in figures.glob("epoch_*"):
+        assert sorted(p.name for p in epoch_dir.iterdir()) == ["correction.png", "error.png", "pressure.png"]
+    final = {"aperture", "correction", "pressure", "error", "curves", "gallery"}
+    assert {p.stem for p in figures.glob("*.png")} == final
+
+
+def test_callback_budget_and_tensorboard(tmp_path, run):
+    # logger=tensorboard needs the tensorboard package, which no flowlearn extra installs.
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(
+        tmp_path,
+        f"data.path={run.parent / 'fractures.h5'}",
+        "data.fractions=[0.5,0.25,0.25]",
+        "trainer.max_epochs=1",
+        "model.channels=4",
+        "logger=tensorboard",
+        "callbacks.figures.every_n_epochs=1",
+        # No time for figures during training: only the render before it and the final set remain.
+        "callbacks.figures.max_overhead=0",
+    )
+    assert [p.name for p in (tmp_path / "figures").glob("epoch_*")] == ["epoch_000"]
+    assert (tmp_path / "figures" / "gallery.png").is_file()
+    # A directory path makes the accumulator read every event file in it (fit and test write one each).
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"images": 0}).Reload()
+    tags = events.Tags()["images"]
+    assert {
+        "figures/pressure",
+        "figures/error",
+        "figures/correction",
+        "figures/aperture",
+        "figures/gallery",
+    } <= set(tags)
