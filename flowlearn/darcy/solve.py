@@ -144,8 +144,8 @@ def _reject_tensor_conditions(dirichlet_values: torch.Tensor | None, sources: to
 
 
 def _dpfehm_pressure(solver: DPFEHMSolver, log_k: torch.Tensor, problem: DarcyProblem) -> torch.Tensor:
-    active = torch.from_numpy(problem.active.reshape(-1)).to(log_k.device)
-    _check_finite(log_k.detach().reshape(log_k.shape[0], -1), active, "log_k", problem)
+    active = problem.active.reshape(-1)
+    _check_finite(log_k.detach().reshape(log_k.shape[0], -1).cpu(), active, "log_k", problem)
     return solver.pressure(log_k, problem)
 
 
@@ -182,7 +182,11 @@ class PressureSolve(torch.autograd.Function):
         layout = problem.layout
         batch = log_k.shape[0]
         log_k_nodes, head_nodes, flow_nodes = (x.detach().reshape(batch, -1) for x in (log_k, heads, flows))
-        _, _, _, _, fixed, active = layout.torch_tensors(log_k.device)
+        if log_k.device.type == "cpu":
+            # numpy masks: on small arrays numpy's checks cost less than starting torch's thread pool.
+            fixed, active = layout.fixed_mask, layout.active_mask
+        else:
+            _, _, _, _, fixed, active = layout.torch_tensors(log_k.device)
         _check_finite(log_k_nodes, active, "log_k", problem)
         _check_finite(head_nodes, fixed, "dirichlet_values", problem)
         _check_finite(flow_nodes, active, "sources", problem)
@@ -294,16 +298,24 @@ def _field(value: torch.Tensor | None, default: np.ndarray, name: str, like: tor
         ) from None
 
 
-def _check_finite(values: torch.Tensor, where: torch.Tensor, name: str, problem: DarcyProblem) -> None:
+def _check_finite(
+    values: torch.Tensor, where: np.ndarray | torch.Tensor, name: str, problem: DarcyProblem
+) -> None:
     """Raise when ``values`` (B, num_nodes) has a non-finite entry where the bool mask ``where`` (num_nodes,) is
-    set, naming the batch item and the pixel."""
-    bad = ~torch.isfinite(values) & where
-    if bool(bad.any()):
-        count = int(bad.sum())
-        sample, node = (int(i) for i in bad.nonzero()[0])
-        kinds = f"{int(torch.isnan(values[bad]).sum())} NaN, {int(torch.isinf(values[bad]).sum())} inf"
-        pixel = tuple(int(i) for i in np.unravel_index(node, problem.grid.shape))
-        raise SolveInputError(
-            f"{name} has {count} non-finite value(s) at active nodes ({kinds}); the first is in batch item "
-            f"{sample} at pixel {pixel}"
-        )
+    set, naming the batch item and the pixel. ``where`` is a numpy array for CPU values, else a tensor on their
+    device."""
+    if isinstance(where, np.ndarray):
+        bad = ~np.isfinite(values.numpy()) & where
+    else:
+        bad = ~torch.isfinite(values) & where
+    if not bad.any():
+        return
+    values, bad = np.asarray(values.cpu()), np.asarray(torch.as_tensor(bad).cpu())
+    count = int(bad.sum())
+    sample, node = (int(i) for i in np.argwhere(bad)[0])
+    kinds = f"{int(np.isnan(values[bad]).sum())} NaN, {int(np.isinf(values[bad]).sum())} inf"
+    pixel = tuple(int(i) for i in np.unravel_index(node, problem.grid.shape))
+    raise SolveInputError(
+        f"{name} has {count} non-finite value(s) at active nodes ({kinds}); the first is in batch item "
+        f"{sample} at pixel {pixel}"
+    )
