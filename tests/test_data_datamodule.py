@@ -7,7 +7,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from flowlearn.data.datamodule import (
     FractureDataModule,
@@ -64,13 +64,28 @@ def test_split_of_eight_gives_each_part_a_fracture():
 
 def test_batches_hold_one_shape_and_cover_every_fracture_once():
     shapes = [(6, 9)] * 7 + [(8, 10)] * 5
-    sampler = SameShapeBatchSampler(shapes, batch_size=3, shuffle=True, seed=1)
+    sampler = SameShapeBatchSampler(range(12), shapes, batch_size=3, shuffle=True, seed=1)
     batches = list(sampler)
     assert sorted(i for b in batches for i in b) == list(range(12))
     assert all(len({shapes[i] for i in b}) == 1 for b in batches)
     assert len(batches) == len(sampler) == 3 + 2
     sampler.set_epoch(1)
     assert list(sampler) != batches
+
+
+def test_batches_under_a_distributed_sampler_split_the_data_between_ranks():
+    """What DDP does: each rank batches only its DistributedSampler share, and the shares make up the data."""
+    shapes = [(6, 9)] * 8 + [(8, 10)] * 4
+    per_rank = [
+        list(
+            SameShapeBatchSampler(DistributedSampler(range(12), 2, r, shuffle=False), shapes, 2, shuffle=True)
+        )
+        for r in range(2)
+    ]
+    flat = [sorted(i for b in batches for i in b) for batches in per_rank]
+    assert not set(flat[0]) & set(flat[1]) and sorted(flat[0] + flat[1]) == list(range(12))
+    assert all(len({shapes[i] for i in b}) == 1 for batches in per_rank for b in batches)
+    assert len(per_rank[0]) == len(per_rank[1]) == 3  # two batches of 6 x 9 and one of 8 x 10 per rank
 
 
 def test_datamodule_batches_are_dicts_with_normalised_heads(files):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ import h5py
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
 from flowlearn.data.schema import list_fractures, open_file, read_open
 
@@ -137,28 +137,29 @@ class FractureDataset(Dataset):
         }
 
 
-class SameShapeBatchSampler(Sampler[list[int]]):
-    """Batches of indices whose fractures share one shape.
+class SameShapeBatchSampler(BatchSampler):
+    """Batches of indices, drawn from ``sampler``, whose fractures share one shape.
 
-    With ``shuffle`` the batches are re-drawn every epoch from ``seed`` and the epoch number (set by
-    :meth:`set_epoch`), so runs are reproducible; without it the order is fixed.
+    ``sampler`` yields the dataset indices to batch (all of them, or one rank's share when Lightning swaps in a
+    ``DistributedSampler`` under DDP; it re-creates this sampler with the new ``sampler`` argument). With
+    ``shuffle`` the batches are re-drawn every epoch from ``seed`` and the epoch number (set by
+    :meth:`set_epoch`), so runs are reproducible; without it the order is fixed. Under DDP with several shapes the
+    ranks may get different numbers of batches; keep one shape per dataset there.
     """
 
     def __init__(
         self,
+        sampler: Sampler[int] | Iterable[int],
         shapes: Sequence[tuple[int, ...]],
         batch_size: int,
+        drop_last: bool = False,
         shuffle: bool = False,
         seed: int = 0,
-        drop_last: bool = False,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.shapes = list(shapes)
-        self.batch_size = batch_size
+        super().__init__(sampler, batch_size, drop_last)
+        self.shapes = [tuple(s) for s in shapes]
         self.shuffle = shuffle
         self.seed = seed
-        self.drop_last = drop_last
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -167,8 +168,8 @@ class SameShapeBatchSampler(Sampler[list[int]]):
     def _batches(self) -> list[list[int]]:
         rng = np.random.default_rng((self.seed, self.epoch))
         groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
-        for i, shape in enumerate(self.shapes):
-            groups[tuple(shape)].append(i)
+        for i in self.sampler:
+            groups[self.shapes[i]].append(int(i))
         batches = []
         for shape in sorted(groups):
             idx = groups[shape]
@@ -235,7 +236,11 @@ class FractureDataModule(L.LightningDataModule):
         self.setup()
         dataset = self.splits[split]
         sampler = SameShapeBatchSampler(
-            [r.shape for r in dataset.refs], self.batch_size, shuffle=shuffle, seed=self.seed
+            SequentialSampler(dataset),
+            [r.shape for r in dataset.refs],
+            self.batch_size,
+            shuffle=shuffle,
+            seed=self.seed,
         )
         return DataLoader(
             dataset,
