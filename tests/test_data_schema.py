@@ -209,7 +209,7 @@ rng = np.random.default_rng(0)
 w = 512
 p = np.tile(2.0 - np.arange(w) / (w - 1), (w, 1))
 noise = 1e-9 * rng.standard_normal((w, w))
-frs = [Fracture(f"f{i:03d}", rng.uniform(1, 2, (w, w)), p + i * noise) for i in range(400)]
+frs = [Fracture(f"f{i:03d}", rng.uniform(1, 2, (w, w)), p + i * noise) for i in range(60)]
 print("ready", flush=True)
 write_fractures(sys.argv[1], frs)
 """
