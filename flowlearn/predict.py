@@ -74,6 +74,11 @@ def _as_batch(item: dict) -> dict:
     return {k: [v] if isinstance(v, str) else v.unsqueeze(0) for k, v in item.items()}
 
 
+def group_name(key: str) -> str:
+    """The ``predictions.h5`` group of a fracture key ``"<file stem>/<group>"``: one level, ``<stem>__<group>``."""
+    return key.replace("/", "__")
+
+
 def voxel_size(ref: FractureRef) -> float:
     """Metres per pixel of a fracture, NaN when its file does not say (the original layout)."""
     return read_fracture(ref.path, ref.name, validate=False).voxel_size
@@ -102,7 +107,7 @@ def _write_one(
     out: h5py.File, module: FractureFlowModule, dataset: FractureDataset, index: int, split: str
 ) -> None:
     item = dataset[index]
-    group = out.create_group(item["name"].replace("/", "__"))
+    group = out.create_group(group_name(item["name"]))
     group.attrs.update(
         {
             "law": module.law.name,

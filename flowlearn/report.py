@@ -80,6 +80,19 @@ def final_metrics(columns: Mapping[str, np.ndarray]) -> dict[str, float]:
     return final
 
 
+def metrics_table(final: Mapping[str, float]) -> str:
+    """A markdown table of :func:`final_metrics`: one row per split that logged metrics."""
+    lines = [
+        "| split | " + " | ".join(header for _, header in METRIC_COLUMNS) + " |",
+        "|---" * (len(METRIC_COLUMNS) + 1) + "|",
+    ]
+    for stage in STAGES:
+        if f"{stage}/mse" in final:
+            values = (final.get(f"{stage}/{suffix}") for suffix, _ in METRIC_COLUMNS)
+            lines.append(f"| {stage} | " + " | ".join(_number(v) for v in values) + " |")
+    return "\n".join(lines)
+
+
 def _epochs(columns: Mapping[str, np.ndarray]) -> int:
     """Epochs a run trained: the last epoch that logged ``train/loss``, plus one (test rows log the epoch after
     the last)."""
@@ -147,14 +160,13 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
         "",
         "## Metrics (last logged epoch)",
         "",
-        "| split | " + " | ".join(header for _, header in METRIC_COLUMNS) + " |",
-        "|---" * (len(METRIC_COLUMNS) + 1) + "|",
+        metrics_table(final),
+        "",
+        IMPROVEMENT_NOTE,
+        "",
+        "## Figures",
+        "",
     ]
-    for stage in STAGES:
-        if f"{stage}/mse" in final:
-            values = (final.get(f"{stage}/{suffix}") for suffix, _ in METRIC_COLUMNS)
-            lines.append(f"| {stage} | " + " | ".join(_number(v) for v in values) + " |")
-    lines += ["", IMPROVEMENT_NOTE, "", "## Figures", ""]
     lines += [f"![{name}]({path.relative_to(output).as_posix()})" for name, path in paths.items()]
     config_text = (run_dir / ".hydra" / "config.yaml").read_text()
     lines += ["", "## Config", "", "```yaml", config_text.rstrip(), "```", ""]

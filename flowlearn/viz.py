@@ -9,7 +9,7 @@ Conventions shared by all maps:
 
 - the image is drawn with row 0 at the bottom (y grows upwards) and the inlet (column 0) on the left;
 - axes are in millimetres when the voxel size is known, in pixels otherwise;
-- pixels without a solved pressure (contact spots, regions cut off from the faces) are NaN and drawn light grey;
+- pixels without a solved pressure (contact spots, regions cut off from the faces) are NaN and drawn grey;
 - panels that are compared share one colour scale and one colourbar;
 - a 3D field (D, H, W) is shown by its middle slice along the first axis.
 """
@@ -32,14 +32,17 @@ from flowlearn.runs import FractureFields, metric_series
 
 # Grey for pixels that carry no flow: readable next to every colour map used here.
 INACTIVE_COLOUR = "0.6"
-# What W or w multiplies, per permeability law (for titles).
+# How each permeability law uses its correction (for titles).
 LAW_FORMULAS = {
     "cubic": "k = Ap²/12 · W",
     "transmissivity": "k = Ap³/12 · W",
     "exponent": "K = Ap^(2·relu(w))",
 }
+CUBIC_LAW = "cubic law (k = Ap²/12)"
 PANEL_INCHES = 3.6  # width of one map panel
 HELD_OUT = ("val", "test")
+# Splits in the order the single-fracture maps pick their fracture from.
+SHOWCASE_SPLITS = ("test", "val", "train", "predict")
 
 
 def relative_error(
@@ -111,9 +114,11 @@ def _show(ax: Axes, fields: FractureFields, image: np.ndarray, cmap: Colormap, n
     )
 
 
-def _colorbar(ax: Axes, image: AxesImage, label: str) -> None:
+def _colorbar(ax: Axes, image: AxesImage, label: str, extend: str = "neither") -> None:
     """A colourbar right of ``ax``, exactly as tall as it (an inset, so the layout leaves no gap before it)."""
-    ax.figure.colorbar(image, cax=ax.inset_axes((1.04, 0.0, 0.05, 1.0)), label=label, format="%.3g")
+    ax.figure.colorbar(
+        image, cax=ax.inset_axes((1.04, 0.0, 0.05, 1.0)), label=label, format="%.3g", extend=extend
+    )
 
 
 def _row(panels: int, fields: FractureFields) -> tuple[Figure, list[Axes]]:
@@ -132,24 +137,43 @@ def _aperture_scale(fields: FractureFields) -> tuple[float, str]:
     return 1.0, "aperture Ap (file units)"
 
 
-def _correction_image(fields: FractureFields) -> tuple[np.ndarray, float, str]:
-    """The correction as drawn, the centre of its diverging scale, and its colourbar label.
+def _correction_maps(fields: Sequence[FractureFields]) -> tuple[list[np.ndarray], Colormap, Normalize, str]:
+    """The corrections of ``fields`` as drawn, with one colour map, scale and colourbar label for all of them.
 
-    W is shown as log10 W, centred on 0 (W = 1: the law unchanged); the exponent law's w is centred on 1, where
-    K = Ap² (the cubic law).
+    W is shown as log10 W on a diverging scale centred on 0 (W = 1, the law unchanged) and symmetric about it, so
+    equal colours mean equal departures either way. The exponent law's w starts at 0.5 and moves as a whole, so a
+    scale centred on its cubic-law value 1 would paint it one flat colour: it gets a sequential scale over its
+    range instead.
     """
-    if fields.correction_name == "w":
-        return _masked(fields, fields.correction), 1.0, "exponent w (1 = cubic law)"
+    if fields[0].correction_name == "w":
+        images = [_masked(f, f.correction) for f in fields]
+        low = min(float(np.nanmin(i)) for i in images)
+        high = max(float(np.nanmax(i)) for i in images)
+        # A correction that has not moved still gets a valid, narrow scale.
+        norm = Normalize(low, max(high, low + 1e-3))
+        return images, _cmap("plasma"), norm, "exponent w (K = Ap^(2w); 1: cubic law)"
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _masked(fields, np.log10(fields.correction)), 0.0, "log₁₀ W (0: W = 1)"
-
-
-def _diverging(images: Sequence[np.ndarray], centre: float) -> Normalize:
-    """A scale symmetric about ``centre`` that holds every finite value, so equal colours mean equal departures."""
-    spread = max((float(np.nanmax(np.abs(i - centre))) for i in images if np.isfinite(i).any()), default=0.0)
-    # A correction that has not moved (W = 1 everywhere) still gets a valid, narrow scale.
+        images = [_masked(f, np.log10(f.correction)) for f in fields]
+    spread = max(float(np.nanmax(np.abs(i))) for i in images)
     spread = max(spread, 1e-3)
-    return Normalize(centre - spread, centre + spread)
+    return images, _cmap("RdBu_r"), Normalize(-spread, spread), "log₁₀ W (0: W = 1)"
+
+
+def _aperture_maps(fields: Sequence[FractureFields]) -> tuple[list[np.ndarray], Normalize, str, str]:
+    """Aperture maps of ``fields`` (µm when the voxel size is known), their shared scale, colourbar label and
+    colourbar ``extend``.
+
+    The scale runs from 0 to the largest aperture, unless that lies far (1.5 times) above the 99.5th percentile:
+    a few open columns (inlet or outlet reservoirs in some data) would then squeeze the whole fracture into the
+    bottom of the colour range, so the scale stops at the percentile and the colourbar shows the clipping.
+    """
+    factor, label = _aperture_scale(fields[0])
+    images = [_plane(np.where(f.active, f.aperture * factor, np.nan)) for f in fields]
+    typical = max(float(np.nanpercentile(i, 99.5)) for i in images)
+    largest = max(float(np.nanmax(i)) for i in images)
+    if largest > 1.5 * typical:
+        return images, Normalize(0, typical), label, "max"
+    return images, Normalize(0, largest), label, "neither"
 
 
 def _correction_title(fields: FractureFields) -> str:
@@ -163,19 +187,18 @@ def _correction_title(fields: FractureFields) -> str:
 def plot_aperture(fields: FractureFields) -> Figure:
     """The aperture map of one fracture (one panel, one colourbar)."""
     fig, (ax,) = _row(1, fields)
-    factor, label = _aperture_scale(fields)
-    image = _plane(np.where(fields.active, fields.aperture * factor, np.nan))
-    im = _show(ax, fields, image, _cmap("YlGnBu"), Normalize(0, float(np.nanmax(image))))
+    (image,), norm, label, extend = _aperture_maps([fields])
+    im = _show(ax, fields, image, _cmap("YlGnBu"), norm)
     ax.set_title(f"aperture, {fields.name}{_slice_note(fields)}")
-    _colorbar(ax, im, label)
+    _colorbar(ax, im, label, extend)
     return fig
 
 
 def plot_correction(fields: FractureFields) -> Figure:
-    """The learned correction W (as log10 W) or exponent w, on a diverging scale (one panel, one colourbar)."""
+    """The learned correction W (as log10 W, diverging about W = 1) or exponent w (one panel, one colourbar)."""
     fig, (ax,) = _row(1, fields)
-    image, centre, label = _correction_image(fields)
-    im = _show(ax, fields, image, _cmap("RdBu_r"), _diverging([image], centre))
+    (image,), cmap, norm, label = _correction_maps([fields])
+    im = _show(ax, fields, image, cmap, norm)
     ax.set_title(f"{_correction_title(fields)}{_slice_note(fields)}")
     _colorbar(ax, im, label)
     return fig
@@ -186,7 +209,7 @@ def plot_pressure(fields: FractureFields) -> Figure:
     fig, axes = _row(3, fields)
     images = [_masked(fields, p) for p in (fields.pressure_reference, fields.pressure_cubic, fields.pressure)]
     norm = Normalize(min(float(np.nanmin(i)) for i in images), max(float(np.nanmax(i)) for i in images))
-    titles = ("reference (LBM)", "cubic law (W = 1)", f"learned {fields.correction_name}")
+    titles = ("reference (LBM)", CUBIC_LAW, f"learned {fields.correction_name}")
     for ax, image, title in zip(axes, images, titles):
         im = _show(ax, fields, image, _cmap("viridis"), norm)
         ax.set_title(f"pressure: {title}")
@@ -206,7 +229,7 @@ def plot_error(fields: FractureFields) -> Figure:
     learned, learned_mean, learned_max = relative_error(fields.pressure, fields.pressure_reference, mask)
     norm = Normalize(0, max(cubic_max, learned_max, 1e-12))
     panels = (
-        (cubic, error_title("cubic law (W = 1)", cubic_mean, cubic_max)),
+        (cubic, error_title(CUBIC_LAW, cubic_mean, cubic_max)),
         (learned, error_title(f"learned {fields.correction_name}", learned_mean, learned_max)),
     )
     for ax, (error, title) in zip(axes, panels):
@@ -275,21 +298,18 @@ def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
         layout="compressed",
     )
     axes = np.atleast_2d(fig.subplots(len(rows), 4))
-    factor, aperture_label = _aperture_scale(rows[0])
-    apertures = [_plane(np.where(f.active, f.aperture * factor, np.nan)) for f in rows]
-    corrections = [_correction_image(f) for f in rows]
+    apertures, aperture_norm, aperture_label, aperture_extend = _aperture_maps(rows)
+    corrections, correction_cmap, correction_norm, correction_label = _correction_maps(rows)
     errors = [
         [relative_error(p, f.pressure_reference, f.solved) for p in (f.pressure_cubic, f.pressure)]
         for f in rows
     ]
-    aperture_norm = Normalize(0, max(float(np.nanmax(a)) for a in apertures))
-    correction_norm = _diverging([c[0] for c in corrections], corrections[0][1])
     error_norm = Normalize(0, max(max(e[0][2], e[1][2]) for e in errors))
     for r, f in enumerate(rows):
         (cubic, cubic_mean, cubic_max), (learned, learned_mean, learned_max) = errors[r]
         drawn = (
             _show(axes[r, 0], f, apertures[r], _cmap("YlGnBu"), aperture_norm),
-            _show(axes[r, 1], f, corrections[r][0], _cmap("RdBu_r"), correction_norm),
+            _show(axes[r, 1], f, corrections[r], correction_cmap, correction_norm),
             _show(axes[r, 2], f, _plane(cubic), _cmap("magma_r"), error_norm),
             _show(axes[r, 3], f, _plane(learned), _cmap("magma_r"), error_norm),
         )
@@ -300,13 +320,15 @@ def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
             error_title(f"learned {f.correction_name}", learned_mean, learned_max), fontsize="small"
         )
     # One colourbar under each shared-scale column group, drawn from the images of the last row.
-    for column, image, label in (
-        (axes[:, 0], drawn[0], aperture_label),
-        (axes[:, 1], drawn[1], corrections[0][2]),
-        (axes[:, 2:], drawn[2], "relative error |p̂ − p|/p (%)"),
+    for column, image, label, extend in (
+        (axes[:, 0], drawn[0], aperture_label, aperture_extend),
+        (axes[:, 1], drawn[1], correction_label, "neither"),
+        (axes[:, 2:], drawn[2], "relative error |p̂ − p|/p (%)", "neither"),
     ):
         # Plain numbers: an offset label ("1e-5") would collide with the axis label.
-        fig.colorbar(image, ax=column.ravel().tolist(), location="bottom", label=label, format="%.3g")
+        fig.colorbar(
+            image, ax=column.ravel().tolist(), location="bottom", label=label, format="%.3g", extend=extend
+        )
     # Axis labels once per row and column: the panels all share the same units.
     for ax in axes[:, 1:].flat:
         ax.set_ylabel("")
@@ -321,7 +343,7 @@ def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
 
 def showcase(fields: Sequence[FractureFields]) -> FractureFields:
     """The fracture the single-fracture maps show: the first test fracture, else validation, else training."""
-    for split in ("test", "val", "train", "predict"):
+    for split in SHOWCASE_SPLITS:
         for f in fields:
             if f.split == split:
                 return f

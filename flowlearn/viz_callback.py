@@ -11,9 +11,10 @@ Files go to ``<run dir>/figures/``:
 With a TensorBoard logger every figure is also logged as an image, under ``figures/<name>``.
 
 Cost: a periodic render is skipped when it would take the callback's time during training above ``max_overhead``
-of the training time so far; the cost of the next render is estimated by the last measured one (the first from the
-render before training). So at the defaults the figures never take more than 5% of the training time, whatever
-the size of the fractures. Only the global-zero process draws.
+of the training time so far; the cost of the next render is estimated by the slowest one measured (the first from
+the render before training). So at the defaults the figures take at most about 5% of the training time, whatever
+the size of the fractures (a render slower than any before it can overshoot by the difference). No periodic render
+runs after the last epoch, where the final set follows. Only the global-zero process draws.
 """
 
 from __future__ import annotations
@@ -27,11 +28,17 @@ from matplotlib.figure import Figure
 
 from flowlearn.data.datamodule import FractureDataset
 from flowlearn.module import FractureFlowModule
-from flowlearn.predict import predicted_fields, voxel_size
+from flowlearn.predict import group_name, predicted_fields, voxel_size
 from flowlearn.runs import FractureFields, read_metrics
-from flowlearn.viz import HELD_OUT, figure_set, plot_correction, plot_error, plot_pressure, save_figures
-
-SHOWCASE_ORDER = ("test", "val", "train")
+from flowlearn.viz import (
+    HELD_OUT,
+    SHOWCASE_SPLITS,
+    figure_set,
+    plot_correction,
+    plot_error,
+    plot_pressure,
+    save_figures,
+)
 
 
 class FigureCallback(L.Callback):
@@ -82,11 +89,15 @@ class FigureCallback(L.Callback):
         done = trainer.current_epoch + 1
         if not trainer.is_global_zero or not self.every_n_epochs or done % self.every_n_epochs:
             return
+        if done == trainer.max_epochs:
+            return  # the final set follows at once
         training = time.perf_counter() - self._start - self.spent_s
         if self.spent_s + self._estimate > self.max_overhead * training:
             return
-        self._estimate = self._render_progress(trainer, pl_module, done)
-        self.spent_s += self._estimate
+        seconds = self._render_progress(trainer, pl_module, done)
+        self.spent_s += seconds
+        # Render times vary with the machine's load: budget for the slowest seen so far.
+        self._estimate = max(self._estimate, seconds)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: FractureFlowModule) -> None:
         if not trainer.is_global_zero:
@@ -124,7 +135,7 @@ class FigureCallback(L.Callback):
         """The showcase fracture's fields, then up to ``held_out`` more validation and test fractures."""
         splits: dict[str, FractureDataset] = trainer.datamodule.splits
         wanted: list[tuple[str, int]] = []
-        showcase = next((s for s in SHOWCASE_ORDER if len(splits[s])), None)
+        showcase = next((s for s in SHOWCASE_SPLITS if s in splits and len(splits[s])), None)
         if showcase is not None:
             wanted.append((showcase, 0))
         for split in HELD_OUT:
@@ -143,7 +154,7 @@ class FigureCallback(L.Callback):
     ) -> FractureFields:
         item = dataset[index]
         return FractureFields(
-            name=item["name"].replace("/", "__"),
+            name=group_name(item["name"]),
             split=split,
             law=module.law.name,
             correction_name=module.law.correction_name,

@@ -9,6 +9,9 @@ import pytest
 from nbclient import NotebookClient
 from viz_support import ROOT, tiny_run
 
+from flowlearn.report import final_metrics
+from flowlearn.runs import read_metrics
+
 NOTEBOOK = ROOT / "notebooks" / "visualize.ipynb"
 
 
@@ -55,8 +58,20 @@ def test_notebook_opens_the_newest_finished_run(executed):
         if cell.cell_type == "code"
         for output in cell.outputs
     )
-    assert f"run: {root / 'outputs' / '2026-01-02' / '08-00-00'}\n" in printed
-    assert "test/improvement" in printed
+    newest = root / "outputs" / "2026-01-02" / "08-00-00"
+    assert f"run: {newest}\n" in printed
+    tables = [
+        output["data"]["text/markdown"]
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if "text/markdown" in output.get("data", {})
+    ]
+    improvement = final_metrics(read_metrics(newest))["test/improvement"]
+    (table,) = tables
+    assert next(line for line in table.splitlines() if line.startswith("| test |")).endswith(
+        f" | {improvement:.4g} |"
+    )
 
 
 def test_notebook_shows_every_figure(executed):
