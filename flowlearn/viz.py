@@ -159,21 +159,32 @@ def _correction_maps(fields: Sequence[FractureFields]) -> tuple[list[np.ndarray]
     return images, _cmap("RdBu_r"), Normalize(-spread, spread), "log₁₀ W (0: W = 1)"
 
 
+def _fracture_columns(image: np.ndarray) -> np.ndarray:
+    """``image`` without the uniform columns at its inlet and outlet ends (open reservoirs, not fracture).
+
+    Some data sets pad the fracture with fully open columns before and after it (the original work's file has two
+    of aperture 1 at each end, three times the fracture's widest gap). A rough fracture has no uniform column.
+    """
+    finite = np.isfinite(image)
+    # Columns with no active pixel (lowest +inf, highest -inf) do not count as uniform.
+    uniform = np.where(finite, image, np.inf).min(axis=0) == np.where(finite, image, -np.inf).max(axis=0)
+    rough = np.flatnonzero(~uniform)
+    return image[:, rough[0] : rough[-1] + 1] if rough.size else image
+
+
 def _aperture_maps(fields: Sequence[FractureFields]) -> tuple[list[np.ndarray], Normalize, str, str]:
     """Aperture maps of ``fields`` (µm when the voxel size is known), their shared scale, colourbar label and
     colourbar ``extend``.
 
-    The scale runs from 0 to the largest aperture, unless that lies far (1.5 times) above the 99.5th percentile:
-    a few open columns (inlet or outlet reservoirs in some data) would then squeeze the whole fracture into the
-    bottom of the colour range, so the scale stops at the percentile and the colourbar shows the clipping.
+    The scale runs from 0 to the largest aperture of the fracture itself: reservoir columns (see
+    :func:`_fracture_columns`) would squeeze it into the bottom of the colour range. They are drawn clipped, and
+    the colourbar shows it.
     """
     factor, label = _aperture_scale(fields[0])
     images = [_plane(np.where(f.active, f.aperture * factor, np.nan)) for f in fields]
-    typical = max(float(np.nanpercentile(i, 99.5)) for i in images)
-    largest = max(float(np.nanmax(i)) for i in images)
-    if largest > 1.5 * typical:
-        return images, Normalize(0, typical), label, "max"
-    return images, Normalize(0, largest), label, "neither"
+    top = max(float(np.nanmax(_fracture_columns(i))) for i in images)
+    clipped = any(float(np.nanmax(i)) > top for i in images)
+    return images, Normalize(0, top), label, "max" if clipped else "neither"
 
 
 def _correction_title(fields: FractureFields) -> str:
