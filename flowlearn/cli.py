@@ -136,10 +136,34 @@ def _add_report(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_report)
 
 
+def _run_predict(args: argparse.Namespace) -> int:
+    from flowlearn.predict import predict
+
+    count = predict(args.run_dir, args.inputs, args.output, checkpoint=args.checkpoint)
+    print(f"wrote predicted W, log k and pressure of {count} fracture(s) to {args.output}")
+    return 0
+
+
+def _add_predict(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "predict",
+        help="apply a trained run to new aperture maps",
+        description="Rebuild the model of RUN_DIR (its .hydra/config.yaml and a checkpoint), apply it to every "
+        "fracture of INPUTS (HDF5, either layout) and write the correction W, log k, the predicted and cubic-law "
+        "pressure, and the input's reference pressure to OUTPUT (HDF5, written atomically).",
+    )
+    p.add_argument("run_dir", help="run directory written by `python train.py`")
+    p.add_argument("inputs", nargs="+", help="HDF5 file(s) with the fractures to predict")
+    p.add_argument("-o", "--output", required=True, help="HDF5 file to write")
+    p.add_argument("--checkpoint", help="checkpoint to load (default: RUN_DIR/checkpoints/last.ckpt)")
+    p.set_defaults(run=_run_predict)
+
+
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_convert,
     _add_generate,
     _add_report,
+    _add_predict,
 )
 
 

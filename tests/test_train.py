@@ -91,6 +91,22 @@ def test_short_run_writes_every_output(dataset, tmp_path):
         expected = np.log(group["aperture"][()] ** 2 / 12 * group["correction"][()])
         np.testing.assert_allclose(group["log_k"][()][active], expected[active], rtol=1e-12)
 
+    # `flowlearn predict` rebuilds the model from the run directory alone and reproduces the run's predictions.
+    predicted = tmp_path / "predicted.h5"
+    result = subprocess.run(
+        [sys.executable, "-m", "flowlearn.cli", "predict", str(tmp_path), str(dataset), "-o", str(predicted)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    with h5py.File(tmp_path / "predictions.h5") as run, h5py.File(predicted) as new:
+        assert set(new) == set(run)
+        for name in run:
+            for field in ("correction", "pressure"):
+                np.testing.assert_allclose(
+                    new[name][field][()], run[name][field][()], rtol=1e-12, equal_nan=True
+                )
+
 
 @pytest.mark.skipif(not EXAMPLE_FRACTURE.exists(), reason="the shared example fracture is absent")
 def test_paper_experiment_reproduces_the_notebook(tmp_path):
