@@ -57,9 +57,10 @@ def run(cfg: DictConfig) -> float | None:
 def _user_error(error: BaseException | None) -> BaseException | None:
     """The user-facing error behind ``error`` (Hydra wraps constructor failures), or None."""
     from flowlearn.bridge.dpfehm import JuliaUnavailableError
+    from flowlearn.linalg.gpu import GPUUnavailableError
 
     while error is not None:
-        if isinstance(error, (*USER_ERRORS, JuliaUnavailableError)):
+        if isinstance(error, (*USER_ERRORS, JuliaUnavailableError, GPUUnavailableError)):
             return error
         error = error.__cause__
     return None

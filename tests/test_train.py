@@ -200,6 +200,11 @@ def test_ddp_on_two_cpu_processes_matches_one_process(dataset, tmp_path):
         ("data.path=/nonexistent/file.h5", "error: data.path: file not found: /nonexistent/file.h5"),
         ("trainer.max_epochs=0", "error: trainer.max_epochs must be a positive integer, got 0"),
         ("optimizer.lrr=0.1", "Could not override 'optimizer.lrr'"),
+        pytest.param(
+            "solver=gpu",
+            "error: solver=gpu needs a CUDA GPU",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present"),
+        ),
     ],
 )
 def test_bad_config_values_give_one_clear_line(dataset, tmp_path, override, message):
