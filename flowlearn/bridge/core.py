@@ -174,7 +174,23 @@ class _ForeignOp(torch.autograd.Function):
         return (*outputs, tape), (*(0,) * len(outputs), None)
 
 
-class _Pullback(torch.autograd.Function):
+class _FirstDerivative(torch.autograd.Function):
+    """Base of the ops that run a foreign derivative: they work under vmap but cannot be differentiated again."""
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.name = inputs[0].name
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> None:
+        raise ForeignDerivativeError(_second_order_message(ctx.name))
+
+    @staticmethod
+    def jvp(ctx: Any, *tangents: Any) -> None:
+        raise ForeignDerivativeError(_second_order_message(ctx.name))
+
+
+class _Pullback(_FirstDerivative):
     """Gradients of the floating tensor arguments: ``_Pullback(fn, tape, n, *args, *cotangents)``."""
 
     @staticmethod
@@ -188,23 +204,11 @@ class _Pullback(torch.autograd.Function):
         return tuple(_gradient(fn, i, args[i], grads[i]) for i in _floating_positions(args))
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        ctx.name = inputs[0].name
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> None:
-        raise ForeignDerivativeError(_second_order_message(ctx.name))
-
-    @staticmethod
-    def jvp(ctx: Any, *tangents: Any) -> None:
-        raise ForeignDerivativeError(_second_order_message(ctx.name))
-
-    @staticmethod
     def vmap(info: Any, in_dims: tuple[Any, ...], fn: ForeignFunction, tape: Any, n: int, *rest: Any) -> Any:
         return _vmap_derivative(_Pullback, info, in_dims, fn, tape, n, rest)
 
 
-class _Pushforward(torch.autograd.Function):
+class _Pushforward(_FirstDerivative):
     """Output tangents: ``_Pushforward(fn, tape, n, *args, *tangents)``, tangents None at non-floating args."""
 
     @staticmethod
@@ -215,18 +219,6 @@ class _Pushforward(torch.autograd.Function):
         result = (result,) if tape.single else tuple(result)
         dtype = _result_dtype(args)
         return tuple(_from_host(t, dtype) for t in result)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        ctx.name = inputs[0].name
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> None:
-        raise ForeignDerivativeError(_second_order_message(ctx.name))
-
-    @staticmethod
-    def jvp(ctx: Any, *tangents: Any) -> None:
-        raise ForeignDerivativeError(_second_order_message(ctx.name))
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple[Any, ...], fn: ForeignFunction, tape: Any, n: int, *rest: Any) -> Any:
