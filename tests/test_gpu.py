@@ -357,17 +357,26 @@ def test_gpu_batch_is_factorised_once_and_the_adjoint_reuses_the_factor():
     problem = _problem_2d(shape=(32, 40), seed=13)
     solver = GPUSolver(method="direct")
     log_k = _fields(8, problem.grid.shape, seed=14, device="cuda").requires_grad_()
-    torch.nan_to_num(solve_pressure(log_k, problem, solver=solver)).pow(2).sum().backward()
+    pressure = solve_pressure(log_k, problem, solver=solver)
+    torch.nan_to_num(pressure).pow(2).sum().backward()
     # Eight fractures, one batched factorisation; forward and adjoint both solve with it.
     assert solver.stats.factorizations == 1 and solver.stats.direct_solves == 2
     assert solver.factor_bytes() > 0
     reference = log_k.detach().cpu().requires_grad_()
-    torch.nan_to_num(solve_pressure(reference, problem, solver=SparseSolver("superlu"))).pow(
-        2
-    ).sum().backward()
+    reference_pressure = solve_pressure(reference, problem, solver=SparseSolver("superlu"))
+    torch.nan_to_num(reference_pressure).pow(2).sum().backward()
+    torch.testing.assert_close(
+        pressure.detach().cpu(), reference_pressure.detach(), rtol=1e-9, atol=0, equal_nan=True
+    )
     torch.testing.assert_close(
         log_k.grad.cpu(), reference.grad, rtol=1e-8, atol=1e-12 * reference.grad.abs().max()
     )
+    # Freed factors are rebuilt on demand.
+    solver.free()
+    assert solver.factor_bytes() == 0
+    again = solve_pressure(log_k.detach(), problem, solver=solver)
+    assert solver.stats.factorizations == 2
+    torch.testing.assert_close(again, pressure.detach(), rtol=1e-12, atol=0, equal_nan=True)
 
 
 @pytest.mark.gpu

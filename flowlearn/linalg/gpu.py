@@ -16,6 +16,11 @@ A batch of B systems shares one sparsity pattern (B fractures of the same size) 
 
 ``auto`` factorises whenever cuDSS's own memory estimate fits in the free device memory, and otherwise iterates.
 
+nvmath's DirectSolver hands cuDSS the batch as B CSR matrices (the pattern arrays repeated per item) and does not
+expose cuDSS's uniform-batch mode, which would analyse the shared pattern once instead of B times. The analysis
+runs only when a solver first meets a problem and batch size, so training steps pay for numeric factorisations and
+solves alone.
+
 Nothing here imports a GPU library at module import: nvmath is imported when a :class:`GPUSolver` is built, so the
 CPU path works without any GPU package installed.
 """
@@ -181,13 +186,14 @@ class _CudssFactor:
             )
             self._rhs = torch.zeros(batch, n, 1, dtype=torch.float64, device=device)  # column-major per item
         self._values = matrix.values()  # the storage cuDSS reads
-        self._matrix = matrix
         options = advanced.DirectSolverOptions(
             sparse_system_type=advanced.DirectSolverMatrixType.SPD,
             sparse_system_view=advanced.DirectSolverMatrixViewType.FULL,
             logger=logging.getLogger("flowlearn.cudss"),
         )
         self._solver = advanced.DirectSolver(matrix, self._rhs, options=options, execution="cuda")
+        # nvmath releases cuDSS's objects (and the factor's memory) only in free(); tie it to this object's life.
+        self._release = weakref.finalize(self, self._solver.free)
         self._solver.plan()
         estimates = self._solver.plan_info.memory_estimates
         self.peak_bytes = int(np.asarray(estimates["peak_device_memory"]).reshape(-1)[0])
@@ -202,6 +208,8 @@ class _CudssFactor:
     def factorize(self, values: torch.Tensor) -> None:
         self._values.copy_(values.reshape(self._values.shape))
         self._solver.factorize()
+        # The factorisation runs asynchronously on the current stream; its status is read once it is done.
+        torch.cuda.current_stream(self._values.device).synchronize()
         info = self._solver.factorization_info.info
         if info != 0:
             self.factored = False
@@ -217,7 +225,7 @@ class _CudssFactor:
         return self._solver.solve().reshape(rhs.shape)
 
     def free(self) -> None:
-        self._solver.free()
+        self._release()
 
 
 @dataclass
@@ -296,6 +304,15 @@ class GPUSolver:
 
     def reset_stats(self) -> None:
         self.stats = SolveStats()
+
+    def free(self) -> None:
+        """Release every cuDSS factor now (they are released anyway when their problem or this solver goes away);
+        the next solve analyses and factorises afresh."""
+        with self._lock:
+            for state in self._states.values():
+                for factor in state.factors.values():
+                    factor.free()
+                state.factors.clear()
 
     def factor_bytes(self) -> int:
         """Device memory cuDSS keeps for the factors it holds (its own estimate), bytes."""

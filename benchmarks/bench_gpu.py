@@ -1,0 +1,159 @@
+"""GPU benchmark of the differentiable pressure solve, side by side with the CPU backend; prints markdown tables.
+
+    python benchmarks/bench_gpu.py                      # everything; CPU columns up to 2048x2048
+    python benchmarks/bench_gpu.py --cpu-max 1024       # CPU columns only up to 1024x1024 (2048^2 takes minutes)
+    python benchmarks/bench_gpu.py --sizes 256 1024     # a subset of the grid sizes
+
+Tables:
+1. forward+gradient of one fracture (the original setup, a rough lognormal field) per grid size: on the GPU the
+   first call (cuDSS analysis, factorisation, forward and adjoint solves) and a training-like step (the field
+   perturbed by ~1e-3 relative: a numeric refactorisation with the analysis reused), and the same two on the
+   CPU backend; the GPU's speed-up on the step; the method ``auto`` chose; GPU memory: torch's peak allocation,
+   cuDSS's own estimate of the memory its factor keeps, and the device memory in use after the step (the driver's
+   count, everything in the process included);
+2. batch throughput at 256x256: B fractures of one shape per call, forward+gradient training-like steps, fractures
+   per second on the GPU (one batched factorisation) and on the CPU (one factor per item).
+
+Without a CUDA device the GPU columns say so and the CPU columns still run. Times are medians of a few repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+
+import numpy as np
+import torch
+from bench_solve import loss_of, rough_log_k
+
+from flowlearn import DarcyProblem, SparseSolver, solve_pressure
+from flowlearn.linalg import GPUSolver, GPUUnavailableError
+
+SIZES = (256, 1024, 2048, 4096)
+BATCHES = (1, 8, 64)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def step_seconds(log_k: torch.Tensor, problem: DarcyProblem, solver, repeats: int) -> tuple[float, float]:
+    """(first call, median training-like step) seconds of forward+gradient with one solver object."""
+    device = log_k.device
+    rng = np.random.default_rng(1)
+
+    def timed(field: torch.Tensor) -> float:
+        x = field.clone().requires_grad_()
+        _sync(device)
+        start = time.perf_counter()
+        loss_of(solve_pressure(x, problem, solver=solver)).backward()
+        _sync(device)
+        return time.perf_counter() - start
+
+    first = timed(log_k)
+    steps = []
+    for _ in range(repeats):
+        noise = torch.from_numpy(rng.normal(size=log_k.shape)).to(device)
+        log_k = log_k * (1 + 1e-3 * noise)
+        steps.append(timed(log_k))
+    return first, statistics.median(steps)
+
+
+def gpu_solver() -> GPUSolver | None:
+    try:
+        return GPUSolver()
+    except GPUUnavailableError as error:
+        print(f"No GPU columns: {error}\n")
+        return None
+
+
+def single_fracture_table(sizes: list[int], cpu_max: int, repeats: int, use_gpu: bool) -> None:
+    print(
+        "| grid | unknowns | GPU first call (s) | GPU step (s) | CPU first call (s) | CPU step (s) | speed-up (step) "
+        "| GPU method | torch peak (GiB) | cuDSS factor (GiB) | device in use (GiB) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for size in sizes:
+        shape = (size, size)
+        problem = DarcyProblem.fracture(shape)
+        log_k = rough_log_k(shape)
+        _ = problem.layout
+        row = {"gpu_first": None, "gpu_step": None, "cpu_first": None, "cpu_step": None}
+        method = peak = factor = in_use = "—"
+        if use_gpu:
+            solver = GPUSolver()
+            device = solver.device
+            torch.cuda.reset_peak_memory_stats(device)
+            row["gpu_first"], row["gpu_step"] = step_seconds(log_k.to(device), problem, solver, repeats)
+            method = "direct (cuDSS)" if solver.stats.factorizations else "pcg (Jacobi)"
+            peak = f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f}"
+            factor = f"{solver.factor_bytes() / 2**30:.2f}"
+            free, total = torch.cuda.mem_get_info(device)
+            in_use = f"{(total - free) / 2**30:.2f}"
+            solver.free()
+            del solver
+            gc.collect()
+            torch.cuda.empty_cache()
+        if size <= cpu_max:
+            row["cpu_first"], row["cpu_step"] = step_seconds(
+                log_k, problem, SparseSolver(), repeats if size <= 1024 else 1
+            )
+
+        def cell(value: float | None) -> str:
+            return "—" if value is None else f"{value:.3f}"
+
+        speedup = f"{row['cpu_step'] / row['gpu_step']:.1f}x" if row["gpu_step"] and row["cpu_step"] else "—"
+        print(
+            f"| {size}x{size} | {problem.layout.num_free:,} | {cell(row['gpu_first'])} | {cell(row['gpu_step'])} "
+            f"| {cell(row['cpu_first'])} | {cell(row['cpu_step'])} | {speedup} | {method} | {peak} | {factor} "
+            f"| {in_use} |",
+            flush=True,
+        )
+
+
+def batch_table(repeats: int, use_gpu: bool) -> None:
+    shape = (256, 256)
+    problem = DarcyProblem.fracture(shape)
+    print("\n| batch B (256x256) | GPU fractures/s | CPU fractures/s | speed-up |")
+    print("|---|---|---|---|")
+    for batch in BATCHES:
+        log_k = torch.stack([rough_log_k(shape, seed=i) for i in range(batch)])
+        gpu = cpu = None
+        if use_gpu:
+            solver = GPUSolver()
+            gpu = batch / step_seconds(log_k.to(solver.device), problem, solver, repeats)[1]
+            solver.free()
+        cpu = batch / step_seconds(log_k, problem, SparseSolver(), max(1, repeats // 2))[1]
+        gpu_cell = "—" if gpu is None else f"{gpu:,.0f}"
+        speedup = "—" if gpu is None else f"{gpu / cpu:.1f}x"
+        print(f"| {batch} | {gpu_cell} | {cpu:,.1f} | {speedup} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", nargs="*", type=int, default=list(SIZES), choices=SIZES)
+    parser.add_argument(
+        "--cpu-max", type=int, default=2048, help="largest grid side run on the CPU (default 2048)"
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="training-like steps timed per entry")
+    parser.add_argument("--skip-batch", action="store_true", help="skip the batch-throughput table")
+    args = parser.parse_args()
+
+    use_gpu = gpu_solver() is not None
+    device = torch.cuda.get_device_name() if use_gpu else "no GPU"
+    print(
+        f"torch {torch.__version__}, GPU: {device}, CPU solver {SparseSolver().name} with "
+        f"{torch.get_num_threads()} threads; CPU columns up to {args.cpu_max}x{args.cpu_max}\n"
+    )
+    single_fracture_table(args.sizes, args.cpu_max, args.repeats, use_gpu)
+    if not args.skip_batch:
+        batch_table(args.repeats, use_gpu)
+
+
+if __name__ == "__main__":
+    main()
