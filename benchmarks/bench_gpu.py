@@ -3,6 +3,7 @@
     python benchmarks/bench_gpu.py                      # everything; CPU columns up to 2048x2048
     python benchmarks/bench_gpu.py --cpu-max 1024       # CPU columns only up to 1024x1024 (2048^2 takes minutes)
     python benchmarks/bench_gpu.py --sizes 256 1024     # a subset of the grid sizes
+    python benchmarks/bench_gpu.py --threads 1          # one torch CPU thread (steadier on a shared machine)
 
 Tables:
 1. forward+gradient of one fracture (the original setup, a rough lognormal field) per grid size: on the GPU the
@@ -142,13 +143,21 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=5, help="training-like steps timed per entry")
     parser.add_argument("--skip-batch", action="store_true", help="skip the batch-throughput table")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (default torch's choice); 1 keeps CPU timings steady on a machine shared with "
+        "other jobs, where a thread pool that waits for a busy core stalls every small operation",
+    )
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     use_gpu = gpu_solver() is not None
     device = torch.cuda.get_device_name() if use_gpu else "no GPU"
     print(
-        f"torch {torch.__version__}, GPU: {device}, CPU solver {SparseSolver().name} with "
-        f"{torch.get_num_threads()} threads; CPU columns up to {args.cpu_max}x{args.cpu_max}\n"
+        f"torch {torch.__version__}, GPU: {device}, CPU solver {SparseSolver().name}, "
+        f"{torch.get_num_threads()} torch thread(s); CPU columns up to {args.cpu_max}x{args.cpu_max}\n"
     )
     single_fracture_table(args.sizes, args.cpu_max, args.repeats, use_gpu)
     if not args.skip_batch:

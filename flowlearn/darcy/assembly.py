@@ -1,7 +1,8 @@
 """Assembly of the free-node system ``A h_f = b`` from node log-conductivities.
 
 The sparsity pattern depends only on the problem, so :class:`SystemLayout` builds it once (with the index maps
-that scatter edge conductances into CSC storage); each solve then only fills numbers in.
+that scatter edge conductances into CSC storage); each solve then only fills numbers in. The same index maps
+fill a batch on any torch device (``torch_matrix_values``, ``torch_rhs``): the GPU engine's assembly.
 
 Edge transmissibility, with the geometric mean of the two nodes' conductivities (DPFEHM's convention):
 
