@@ -26,6 +26,7 @@ from flowlearn.data.schema import Fracture, write_fractures
 from flowlearn.runs import metric_series, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
+EMBEDDED = ROOT / "data" / "fractures.h5"
 
 
 def make_dataset(path: Path, count: int, shape: tuple[int, int], seed: int = 0) -> Path:
@@ -71,8 +72,9 @@ def final_correction(run_dir: Path) -> dict[str, np.ndarray]:
         return {name: f[name]["correction"][()] for name in f}
 
 
-def test_short_run_writes_every_output(dataset, tmp_path):
-    run_train(f"data.path={dataset}", "trainer.max_epochs=2", run_dir=tmp_path)
+def test_readme_run_command_trains_on_the_embedded_dataset(tmp_path):
+    # `python train.py` with a short override: the default config, the embedded LBM dataset.
+    run_train("trainer.max_epochs=2", run_dir=tmp_path)
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
     assert list((tmp_path / "checkpoints").glob("best-*.ckpt"))
     assert (tmp_path / ".hydra" / "config.yaml").is_file()
@@ -81,7 +83,7 @@ def test_short_run_writes_every_output(dataset, tmp_path):
         assert len(metric_series(metrics, column)[1]) == 2, column
     assert len(metric_series(metrics, "test/rel_err_mean")[1]) == 1
     with h5py.File(tmp_path / "predictions.h5") as f:
-        assert len(f) == 8
+        assert len(f) == 16
         group = next(iter(f.values()))
         assert {"aperture", "correction", "log_k", "pressure", "pressure_cubic", "pressure_reference"} <= set(
             group
@@ -94,7 +96,16 @@ def test_short_run_writes_every_output(dataset, tmp_path):
     # `flowlearn predict` rebuilds the model from the run directory alone and reproduces the run's predictions.
     predicted = tmp_path / "predicted.h5"
     result = subprocess.run(
-        [sys.executable, "-m", "flowlearn.cli", "predict", str(tmp_path), str(dataset), "-o", str(predicted)],
+        [
+            sys.executable,
+            "-m",
+            "flowlearn.cli",
+            "predict",
+            str(tmp_path),
+            str(EMBEDDED),
+            "-o",
+            str(predicted),
+        ],
         capture_output=True,
         text=True,
     )
@@ -117,19 +128,14 @@ def test_paper_experiment_reproduces_the_notebook(tmp_path):
     assert np.all(np.diff(loss[:43]) < 0)
 
 
-def test_cnn_beats_the_cubic_law_on_held_out_fractures(tmp_path):
-    data = make_dataset(tmp_path / "many.h5", count=12, shape=(24, 32), seed=100)
-    run_train(
-        f"data.path={data}",
-        "trainer.max_epochs=25",
-        "data.fractions=[0.5,0.25,0.25]",
-        run_dir=tmp_path / "run",
-    )
-    metrics = read_metrics(tmp_path / "run")
+def test_cnn_beats_the_cubic_law_on_held_out_lbm_fractures(tmp_path):
+    # The embedded dataset's test split: fractures the CNN never saw, with LBM reference pressure.
+    run_train("trainer.max_epochs=8", run_dir=tmp_path)
+    metrics = read_metrics(tmp_path)
     model, cubic = (
         metric_series(metrics, f"test/{name}")[1][-1] for name in ("rel_err_mean", "cubic_rel_err_mean")
     )
-    assert model < 0.5 * cubic
+    assert model < 0.7 * cubic
 
 
 def test_resume_after_sigkill_matches_an_uninterrupted_run(dataset, tmp_path):
