@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -176,15 +177,25 @@ class _CudssFactor:
         device = values.device
         crow = torch.as_tensor(indptr, dtype=torch.int32, device=device)
         col = torch.as_tensor(indices, dtype=torch.int32, device=device)
-        # cuDSS takes 32-bit indices for batches; a batch is a 3D CSR tensor, one system per leading index.
-        if batch == 1:
-            matrix = torch.sparse_csr_tensor(crow, col, values[0].clone(), size=(n, n))
-            self._rhs = torch.zeros(n, dtype=torch.float64, device=device)
-        else:
-            matrix = torch.sparse_csr_tensor(
-                crow.repeat(batch, 1), col.repeat(batch, 1), values.clone(), size=(batch, n, n)
-            )
-            self._rhs = torch.zeros(batch, n, 1, dtype=torch.float64, device=device)  # column-major per item
+        # cuDSS takes 32-bit indices for batches; a batch is a 3D CSR tensor, one system per leading index, whose
+        # index arrays nvmath requires dense and contiguous (hence repeated, not expanded). The pattern comes from
+        # SystemLayout, valid by construction, so torch's invariant checks are skipped.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+            if batch == 1:
+                matrix = torch.sparse_csr_tensor(
+                    crow, col, values[0].clone(), size=(n, n), check_invariants=False
+                )
+                self._rhs = torch.zeros(n, dtype=torch.float64, device=device)
+            else:
+                matrix = torch.sparse_csr_tensor(
+                    crow.repeat(batch, 1),
+                    col.repeat(batch, 1),
+                    values.clone(),
+                    size=(batch, n, n),
+                    check_invariants=False,
+                )
+                self._rhs = torch.zeros(batch, n, 1, dtype=torch.float64, device=device)  # column-major items
         self._values = matrix.values()  # the storage cuDSS reads
         options = advanced.DirectSolverOptions(
             sparse_system_type=advanced.DirectSolverMatrixType.SPD,
