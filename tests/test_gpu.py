@@ -9,6 +9,7 @@ without one.
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -308,6 +309,21 @@ def test_the_cpu_path_imports_no_gpu_library():
         "assert not [m for m in sys.modules if m.split('.')[0] in ('nvmath', 'cupy')], 'GPU library imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.skipif(CUDA, reason="checks the benchmark's output without a GPU")
+def test_gpu_benchmark_without_a_gpu_says_so_and_runs_the_cpu_columns():
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--sizes", "256", "--skip-batch", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "No GPU columns: solver=gpu needs a CUDA GPU" in out
+    row = next(line for line in out.splitlines() if line.startswith("| 256x256 |")).split("|")
+    gpu_first, gpu_step, cpu_first, cpu_step = (cell.strip() for cell in row[3:7])
+    assert gpu_first == gpu_step == "—" and float(cpu_first) > 0 and float(cpu_step) > 0
 
 
 # --- on a CUDA device -------------------------------------------------------------------------------------------
