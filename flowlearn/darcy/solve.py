@@ -204,8 +204,7 @@ class PressureSolve(torch.autograd.Function):
     def backward(ctx, grad_pressure: torch.Tensor):
         log_k, heads, pressure = ctx.saved_tensors
         call = ctx.call
-        problem = call.problem
-        layout = problem.layout
+        layout = call.problem.layout
         node_a, node_b, _, free, fixed, _ = layout.torch_tensors(log_k.device)
         shape = log_k.shape
         flat = _flattener(shape[0])
@@ -229,8 +228,7 @@ class PressureSolve(torch.autograd.Function):
     ) -> torch.Tensor:
         log_k, pressure = ctx.saved_tensors
         call = ctx.call
-        problem = call.problem
-        layout = problem.layout
+        layout = call.problem.layout
         node_a, node_b, _, _, _, active = layout.torch_tensors(log_k.device)
         shape = log_k.shape
         flat = _flattener(shape[0])
