@@ -65,8 +65,8 @@ def relative_error(
 
 
 def error_title(label: str, mean: float, maximum: float) -> str:
-    """Title of an error panel; the numbers carry three significant digits (what the tests read back)."""
-    return f"{label}\nmean {mean:.3g} %, max {maximum:.3g} %"
+    """Title of an error panel; the numbers carry three significant digits, trailing zeros kept (1.50, 0.708)."""
+    return f"{label}\nmean {mean:#.3g} %, max {maximum:#.3g} %"
 
 
 # -- building blocks ------------------------------------------------------------------------------------------
