@@ -38,6 +38,8 @@ class _Slot:
     factor: Factor | None = None
     factored_data: np.ndarray | None = None  # matrix entries the factor was built from
     last_solution: dict[str, np.ndarray] = field(default_factory=dict)
+    # (matrix entries, whether they are close to factored_data): the adjoint asks again about the forward's matrix.
+    closeness: tuple[np.ndarray, bool] | None = None
 
 
 @dataclass
@@ -139,7 +141,7 @@ class SparseSolver:
         ):
             return self._direct(entry, matrix, rhs)
         budget = self._budget(state, entry)
-        if budget and self._close(entry.factored_data, matrix.data):
+        if budget and self._close(entry, matrix.data):
             result = self._pcg(state, entry, role, matrix, rhs, budget)
             if result is not None:
                 return result
@@ -169,8 +171,12 @@ class SparseSolver:
         budget = int(state.factor_seconds / state.apply_seconds)
         return min(budget, 50) if budget >= 3 else 0
 
-    def _close(self, old: np.ndarray, new: np.ndarray) -> bool:
-        return bool(np.all(np.abs(new - old) <= self.max_change * np.abs(old)))
+    def _close(self, entry: _Slot, data: np.ndarray) -> bool:
+        """Whether ``data`` is near enough to the slot's factored matrix for its factor to precondition CG."""
+        if entry.closeness is None or entry.closeness[0] is not data:
+            old = entry.factored_data
+            entry.closeness = (data, bool(np.all(np.abs(data - old) <= self.max_change * np.abs(old))))
+        return entry.closeness[1]
 
     def _direct(self, entry: _Slot, matrix: sp.csc_matrix, rhs: np.ndarray) -> np.ndarray:
         # One step of iterative refinement takes the error from ~eps*cond(A) down to ~eps (1e-12 -> 1e-14 on
@@ -185,6 +191,7 @@ class SparseSolver:
         entry.factor = self.backend.factorize(matrix, state.symbolic)
         state.factor_seconds = _running(state.factor_seconds, time.perf_counter() - start)
         entry.factored_data = matrix.data.copy()
+        entry.closeness = None
         self.stats.factorizations += 1
 
     def _pcg(self, state, entry, role, matrix, rhs, max_iter) -> np.ndarray | None:
