@@ -105,7 +105,7 @@ class TorchEngine:
             self._last[layout] = (log_k.clone(), transmissibility, values)
         rhs = layout.torch_rhs(transmissibility, heads, flows)
         solution = self.solver.solve(layout, layout.indptr, layout.indices, values, rhs, role)
-        free_nodes = layout.torch_index_maps(log_k.device)[4]
+        free_nodes = layout.torch_index_maps(log_k.device)[3]
         active = layout.torch_tensors(log_k.device)[5]
         pressure = torch.where(active, heads, torch.nan)
         return pressure.index_copy(1, free_nodes, solution)

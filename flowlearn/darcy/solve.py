@@ -212,15 +212,23 @@ class PressureSolve(torch.autograd.Function):
         grad = torch.where(torch.isnan(pressure), 0.0, grad_pressure)
         adjoint = PressureSolve.apply(log_k, torch.zeros_like(heads), grad, call.with_role("adjoint"))
         lam = torch.where(free, flat(adjoint), 0.0)
-        h, u = flat(pressure), flat(log_k)
-        t = layout.torch_transmissibilities(u)
-        lam_diff = lam[:, node_a] - lam[:, node_b]
-        dloss_dt = -lam_diff * (h[:, node_a] - h[:, node_b])
-        grad_log_k = _scatter_edges(0.5 * dloss_dt * t, node_a, node_b, u)
-        # (L lam) at the Dirichlet end b of a free-Dirichlet edge is T_e (lam_b - lam_a) = -T_e lam_a.
-        laplacian_lam = _scatter_edges(t * lam_diff, node_a, node_b, u, sign=-1.0)
-        grad_heads = torch.where(fixed, flat(grad) - laplacian_lam, 0.0)
-        return grad_log_k.reshape(shape), grad_heads.reshape(shape), lam.reshape(shape), None
+        grad_log_k = grad_heads = None
+        needs_log_k, needs_heads = ctx.needs_input_grad[:2]
+        if needs_log_k or needs_heads:
+            u = flat(log_k)
+            t = layout.torch_transmissibilities(u)
+        if needs_log_k:
+            h = flat(pressure)
+            dloss_dt = -(lam[:, node_a] - lam[:, node_b]) * (h[:, node_a] - h[:, node_b])
+            grad_log_k = _scatter_edges(0.5 * dloss_dt * t, node_a, node_b, u).reshape(shape)
+        if needs_heads:
+            # (L lam) at a Dirichlet node d sums T_e (lam_d - lam_a) = -T_e lam_a over its free-Dirichlet edges
+            # (lam_d = 0); no other edge touches a Dirichlet node.
+            boundary = slice(layout.num_free_edges, None)
+            inflow = t[:, boundary] * lam[:, node_a[boundary]]
+            grad_heads = torch.where(fixed, flat(grad), 0.0).index_add(1, node_b[boundary], inflow)
+            grad_heads = grad_heads.reshape(shape)
+        return grad_log_k, grad_heads, lam.reshape(shape), None
 
     @staticmethod
     def jvp(

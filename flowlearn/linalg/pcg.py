@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg.blas import daxpy
 
 
 @dataclass
@@ -39,8 +40,10 @@ def pcg(
         rtol: relative tolerance on the energy-norm error.
         max_iter: iteration limit; hitting it returns ``converged=False``, never a silent answer.
     """
+    rhs = np.asarray(rhs, dtype=np.float64)
     if not np.any(rhs):
         return PCGResult(np.zeros_like(rhs), 0, True, 0.0)
+    # Vectors are updated in place through BLAS: on large grids, temporaries cost as much as the arithmetic.
     x = np.zeros_like(rhs) if x0 is None else x0.copy()
     r = rhs - matrix @ x
     z = precondition(r)
@@ -64,10 +67,11 @@ def pcg(
             break
         q = matrix @ p
         alpha = rz / float(p @ q)
-        x += alpha * p
-        r -= alpha * q
+        daxpy(p, x, a=alpha)
+        daxpy(q, r, a=-alpha)
         z = precondition(r)
         rz_next = float(r @ z)
-        p = z + (rz_next / rz) * p
+        p *= rz_next / rz
+        p += z
         rz = rz_next
     return PCGResult(x, max_iter, False, float(estimate))

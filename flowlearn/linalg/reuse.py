@@ -134,11 +134,7 @@ class SparseSolver:
     def _solve_slot(
         self, state: _PatternState, entry: _Slot, role: str, matrix: sp.csc_matrix, rhs: np.ndarray
     ):
-        if (
-            entry.factor is not None
-            and entry.factor.exact
-            and np.array_equal(entry.factored_data, matrix.data)
-        ):
+        if entry.factor is not None and entry.factor.exact and _equal(entry.factored_data, matrix.data):
             return self._direct(entry, matrix, rhs)
         budget = self._budget(state, entry)
         if budget and self._close(entry, matrix.data):
@@ -174,8 +170,10 @@ class SparseSolver:
     def _close(self, entry: _Slot, data: np.ndarray) -> bool:
         """Whether ``data`` is near enough to the slot's factored matrix for its factor to precondition CG."""
         if entry.closeness is None or entry.closeness[0] is not data:
-            old = entry.factored_data
-            entry.closeness = (data, bool(np.all(np.abs(data - old) <= self.max_change * np.abs(old))))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = data / entry.factored_data  # NaN or inf where an old entry was 0: not close
+            close = 1 - self.max_change <= ratio.min() and ratio.max() <= 1 + self.max_change
+            entry.closeness = (data, bool(close))
         return entry.closeness[1]
 
     def _direct(self, entry: _Slot, matrix: sp.csc_matrix, rhs: np.ndarray) -> np.ndarray:
@@ -216,6 +214,14 @@ def _single_threaded_blas():
     threads only add synchronisation: one thread is 2-10x faster, most of all on a busy machine. Factorisations
     keep all threads."""
     return _blas_controller().limit(limits=1, user_api="blas")
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """``np.array_equal``, quick to say no: entries of successive matrices usually differ everywhere."""
+    if a.shape != b.shape:
+        return False
+    stride = max(1, a.size // 256)
+    return np.array_equal(a[::stride], b[::stride]) and np.array_equal(a, b)
 
 
 def _running(previous: float, sample: float) -> float:
