@@ -49,6 +49,24 @@ def test_training_like_sequence_matches_fresh_solves(backend):
         assert solver.stats.factorizations == 1
 
 
+def test_an_aged_factor_is_replaced_once_cg_costs_more_than_its_average_solve():
+    problem = DarcyProblem.fracture((48, 48))
+    solver = SparseSolver()
+    log_k = _field((48, 48), 7)
+    solve_pressure(log_k, problem, solver=solver)
+    state = solver._states[problem.layout]
+    slot = state.slots[0]
+    # Timings fixed by hand, so that the decision does not depend on this machine's speed.
+    state.factor_seconds, state.apply_seconds = 1.0, 1e-3
+    slot.life_seconds, slot.life_solves = 1.0, 1
+    solve_pressure(log_k * 1.0001, problem, solver=solver)
+    assert solver.stats.factorizations == 1 and solver.stats.pcg_solves == 1
+    # Solves so far averaged 0.5 s (a 1 s factorisation, then CG); CG at 0.6 s a solve no longer pays.
+    slot.life_seconds, slot.life_solves, slot.cg_seconds = 1.0, 2, 0.6
+    solve_pressure(log_k * 1.0002, problem, solver=solver)
+    assert solver.stats.factorizations == 2 and solver.stats.pcg_solves == 1
+
+
 def test_a_different_field_is_refactored_not_iterated():
     problem = DarcyProblem.fracture((16, 16))
     solver = SparseSolver("superlu")

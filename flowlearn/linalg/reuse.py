@@ -8,8 +8,12 @@ role ("state", "adjoint", ...), and chooses per solve:
 * the matrix is close to it -> CG preconditioned by the old factor, warm-started from the last solution of that
   role, to the same tight tolerance. A factor of a nearby matrix is an excellent preconditioner, and it costs a
   few triangular solves instead of a new factorisation;
-* otherwise, or when that CG is slower than refactoring would be -> a new numeric factorisation (the symbolic
-  analysis is kept per pattern).
+* otherwise -> a new numeric factorisation (the symbolic analysis is kept per pattern).
+
+An old factor grows a worse preconditioner as the conductivities drift away from it, so CG needs more iterations
+step by step. The slot refactors once a CG solve costs more than the average solve of the current factor's life,
+its factorisation included: the classic replacement rule for a machine whose running cost grows, which minimises
+the long-run cost per solve. A CG solve that would cost more than a factorisation is abandoned for one as well.
 
 Results are exact to ``rtol`` whichever way is taken, and an iterative solve that misses its tolerance raises
 :class:`~flowlearn.errors.ConvergenceError`; it never returns silently.
@@ -40,6 +44,11 @@ class _Slot:
     last_solution: dict[str, np.ndarray] = field(default_factory=dict)
     # (matrix entries, whether they are close to factored_data): the adjoint asks again about the forward's matrix.
     closeness: tuple[np.ndarray, bool] | None = None
+    # The current factor's life so far, for the replacement rule: seconds of its factorisation and of every solve
+    # since, their count, and a running mean of the recent CG solves.
+    life_seconds: float = 0.0
+    life_solves: int = 0
+    cg_seconds: float = 0.0
 
 
 @dataclass
@@ -126,7 +135,10 @@ class SparseSolver:
             if state is None:
                 state = self._states[pattern] = _PatternState(self.backend.analyze(matrix))
             entry = state.slots.setdefault(slot, _Slot())
+            start = time.perf_counter()
             solution = self._solve_slot(state, entry, role, matrix, rhs)
+            entry.life_seconds += time.perf_counter() - start
+            entry.life_solves += 1
             if self.reuse:
                 entry.last_solution[role] = solution
             return solution
@@ -163,6 +175,8 @@ class SparseSolver:
             return self.reuse_budget
         if state.apply_seconds == 0:
             return self.max_iter  # no measurement yet: try once
+        if entry.cg_seconds * entry.life_solves >= entry.life_seconds:
+            return 0  # CG now costs more than the factor's average solve: replace it
         # An old factor is worth iterating with only while CG costs less than a new factorisation.
         budget = int(state.factor_seconds / state.apply_seconds)
         return min(budget, 50) if budget >= 3 else 0
@@ -190,15 +204,17 @@ class SparseSolver:
         state.factor_seconds = _running(state.factor_seconds, time.perf_counter() - start)
         entry.factored_data = matrix.data.copy()
         entry.closeness = None
+        entry.life_seconds, entry.life_solves, entry.cg_seconds = 0.0, 0, 0.0
         self.stats.factorizations += 1
 
     def _pcg(self, state, entry, role, matrix, rhs, max_iter) -> np.ndarray | None:
         start = time.perf_counter()
         with _single_threaded_blas():
             result = pcg(matrix, rhs, entry.factor.apply, entry.last_solution.get(role), self.rtol, max_iter)
+        seconds = time.perf_counter() - start
+        entry.cg_seconds = _running(entry.cg_seconds, seconds)
         if result.iterations:
-            per_iteration = (time.perf_counter() - start) / result.iterations
-            state.apply_seconds = _running(state.apply_seconds, per_iteration)
+            state.apply_seconds = _running(state.apply_seconds, seconds / result.iterations)
         self.stats.pcg_solves += 1
         self.stats.pcg_iterations += result.iterations
         return result.solution if result.converged else None
