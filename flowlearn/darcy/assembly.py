@@ -55,6 +55,7 @@ class SystemLayout:
         # would touch a new page: 3-5x slower on large grids.)
         order = np.lexsort((b, a, ~both_free))
         self.edges = np.stack([a[order], b[order]], axis=1)
+        self._edge_ends = (a[order], b[order])  # contiguous columns of edges, for fast gathers
         self.areas_over_lengths = aol[order]
         self.num_free_edges = int(both_free.sum())
 
@@ -108,8 +109,14 @@ class SystemLayout:
 
     def transmissibilities(self, log_k: np.ndarray) -> np.ndarray:
         """Edge transmissibility T_e, float64 (B, num_edges), from log-conductivity (B, num_nodes), flat image order."""
-        a, b = self.edges.T
-        return self.areas_over_lengths * np.exp(0.5 * (log_k[:, a] + log_k[:, b]))
+        a, b = self._edge_ends
+        # In place: on large grids the temporaries would cost a third of the time.
+        t = log_k[:, a]
+        t += log_k[:, b]
+        t *= 0.5
+        np.exp(t, out=t)
+        t *= self.areas_over_lengths
+        return t
 
     def matrix(self, transmissibility: np.ndarray) -> sp.csc_matrix:
         """The SPD free-node matrix A (num_free, num_free) for one sample's T (num_edges,)."""
