@@ -44,7 +44,7 @@ def pcg(
     if not np.any(rhs):
         return PCGResult(np.zeros_like(rhs), 0, True, 0.0)
     # Vectors are updated in place through BLAS: on large grids, temporaries cost as much as the arithmetic.
-    x = np.zeros_like(rhs) if x0 is None else x0.copy()
+    x = np.zeros_like(rhs) if x0 is None else np.array(x0, dtype=np.float64)  # a contiguous copy, for BLAS
     r = rhs - matrix @ x
     z = precondition(r)
     rz = float(r @ z)
