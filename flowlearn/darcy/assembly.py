@@ -54,8 +54,8 @@ class SystemLayout:
         # stream through memory. (DPFEHM's order walks the image with a stride of a whole row, and every access
         # would touch a new page: 3-5x slower on large grids.)
         order = np.lexsort((b, a, ~both_free))
-        self.edges = np.stack([a[order], b[order]], axis=1)
-        self._edge_ends = (a[order], b[order])  # contiguous columns of edges, for fast gathers
+        # Column-major, so that edges.T gives the two ends as contiguous arrays: fast gathers.
+        self.edges = np.asfortranarray(np.stack([a[order], b[order]], axis=1))
         self.areas_over_lengths = aol[order]
         self.num_free_edges = int(both_free.sum())
 
@@ -109,7 +109,7 @@ class SystemLayout:
 
     def transmissibilities(self, log_k: np.ndarray) -> np.ndarray:
         """Edge transmissibility T_e, float64 (B, num_edges), from log-conductivity (B, num_nodes), flat image order."""
-        a, b = self._edge_ends
+        a, b = self.edges.T
         # In place: on large grids the temporaries would cost a third of the time.
         t = log_k[:, a]
         t += log_k[:, b]
