@@ -1,0 +1,117 @@
+"""Triangular solves shared among cores along the elimination tree (flowlearn.linalg.trisolve)."""
+
+import numpy as np
+import pytest
+import scipy.sparse.linalg as spla
+
+from flowlearn import DarcyProblem, SparseSolver
+from flowlearn.linalg import cholmod_available
+from flowlearn.linalg.trisolve import TreeSolver, _is_postordered, plan_tree, usable_cores
+
+pytestmark = pytest.mark.skipif(not cholmod_available(), reason="scikit-sparse is not installed")
+
+
+def _system(problem: DarcyProblem, seed: int):
+    """A fracture matrix with a rough conductivity field, and its simplicial LDL^T (nested dissection)."""
+    from sksparse import cholmod
+
+    layout = problem.layout
+    log_k = np.random.default_rng(seed).normal(scale=1.5, size=problem.grid.num_nodes)
+    _, matrix = layout.system(0, log_k)
+    factor = cholmod.analyze(matrix, mode="simplicial", ordering_method="nesdis").cholesky(matrix)
+    return matrix, factor
+
+
+def _split_by_a_wall(shape):
+    """Two channels parted by an inactive row: the matrix is block diagonal and its tree a forest."""
+    active = np.ones(shape, dtype=bool)
+    active[shape[0] // 2, :] = False
+    return DarcyProblem.fracture(shape, active=active)
+
+
+PROBLEMS = {
+    "2d": lambda: DarcyProblem.fracture((48, 52)),
+    "3d": lambda: DarcyProblem.fracture((9, 10, 12)),
+    "forest": lambda: _split_by_a_wall((40, 44)),
+}
+
+
+@pytest.mark.parametrize("tasks", [1, 2, 3, 5])
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_tree_solve_matches_a_direct_solve(name, tasks):
+    matrix, factor = _system(PROBLEMS[name](), seed=tasks)
+    plan = plan_tree(factor.LD(), tasks)
+    solver = TreeSolver(factor.LD(), factor.P(), plan)
+    rhs = np.random.default_rng(0).normal(size=matrix.shape[0])
+    expected = spla.spsolve(matrix.tocsc(), rhs)
+    solution = solver.apply(rhs)
+    np.testing.assert_allclose(solution, expected, rtol=0, atol=1e-10 * np.abs(expected).max())
+    # The residual, independently of SuperLU's own round-off.
+    assert np.linalg.norm(matrix @ solution - rhs) <= 1e-11 * np.linalg.norm(rhs)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_plan_covers_every_column_once_and_balances_the_tasks(name):
+    _, factor = _system(PROBLEMS[name](), seed=0)
+    factor_ld = factor.LD()
+    plan = plan_tree(factor_ld, tasks=2)
+    assert plan.tasks == 2
+    starts = plan.supernodes
+    groups = [*plan.task_supernodes, plan.top_supernodes]
+    columns = np.concatenate([np.arange(starts[q], starts[q + 1]) for group in groups for q in group])
+    np.testing.assert_array_equal(np.sort(columns), np.arange(factor_ld.shape[0]))
+    # A task's columns never reach another task's: their rows below are its own or the top's.
+    owner = np.full(factor_ld.shape[0], -1)
+    for task, supernodes in enumerate(plan.task_supernodes):
+        for q in supernodes:
+            owner[starts[q] : starts[q + 1]] = task
+    rows_of = np.split(factor_ld.indices, factor_ld.indptr[1:-1])
+    for column in np.flatnonzero(owner >= 0):
+        reached = owner[rows_of[column]]
+        assert np.all((reached == owner[column]) | (reached == -1))
+    if name != "3d":  # a small 3D grid's separators are too large a share to split the rest evenly
+        # Nested dissection halves a 2D grid, so each task gets close to half of the factor's entries.
+        entries = np.diff(factor_ld.indptr)
+        shares = [entries[owner == task].sum() / entries.sum() for task in range(2)]
+        assert min(shares) > 0.4, shares
+
+
+def test_a_tree_that_is_not_postordered_is_recognised():
+    # Parent pointers of a chain 0 -> 2 -> 3 with 1 -> 3: the subtree of 2 is {0, 2}, not a run of columns.
+    parent = np.array([2, 3, 3, -1])
+    first = np.arange(4) - np.array([1, 1, 2, 4]) + 1
+    assert not _is_postordered(parent, first)
+    parent = np.array([1, 3, 3, -1])  # the same shape, numbered in postorder
+    first = np.arange(4) - np.array([1, 2, 1, 4]) + 1
+    assert _is_postordered(parent, first)
+
+
+def test_a_factor_of_another_pattern_is_refused():
+    _, factor = _system(DarcyProblem.fracture((20, 22)), seed=0)
+    _, other = _system(DarcyProblem.fracture((22, 20)), seed=0)
+    with pytest.raises(ValueError, match="pattern"):
+        TreeSolver(other.LD(), other.P(), plan_tree(factor.LD(), 2))
+
+
+def test_training_loop_through_tree_solves_matches_cholmod():
+    """The reuse machinery (PCG on an old factor, direct solves) gives the same answers through tree solves."""
+    from flowlearn.linalg.backends import CholmodBackend
+
+    problem = DarcyProblem.fracture((40, 44))
+    tree = SparseSolver(CholmodBackend(tree_solve_entries=0), reuse_budget=20)
+    plain = SparseSolver(CholmodBackend(tree_solve_entries=None), reuse_budget=20)
+    layout = problem.layout
+    log_k = np.random.default_rng(3).normal(size=problem.grid.num_nodes)
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        log_k = log_k * (1 + 1e-3 * rng.normal(size=log_k.shape))
+        t, matrix = layout.system(0, log_k)
+        rhs = layout.rhs(t, problem.dirichlet_values.reshape(-1), problem.sources.reshape(-1))
+        np.testing.assert_allclose(
+            tree.solve(layout, 0, "state", matrix, rhs),
+            plain.solve(layout, 0, "state", matrix, rhs),
+            rtol=1e-10,
+        )
+    assert tree.stats.pcg_solves == 3 and tree.stats.factorizations == 1
+    (slot,) = tree._states[layout].slots.values()
+    assert (slot.factor._tree is not None) == (usable_cores() > 1)
