@@ -76,14 +76,28 @@ def test_plan_covers_every_column_once_and_balances_the_tasks(name):
         assert min(shares) > 0.4, shares
 
 
-def test_a_tree_that_is_not_postordered_is_recognised():
-    # Parent pointers of a chain 0 -> 2 -> 3 with 1 -> 3: the subtree of 2 is {0, 2}, not a run of columns.
-    parent = np.array([2, 3, 3, -1])
-    first = np.arange(4) - np.array([1, 1, 2, 4]) + 1
-    assert not _is_postordered(parent, first)
-    parent = np.array([1, 3, 3, -1])  # the same shape, numbered in postorder
-    first = np.arange(4) - np.array([1, 2, 1, 4]) + 1
-    assert _is_postordered(parent, first)
+def _first_columns(parent):
+    size = np.ones(len(parent), dtype=np.int64)
+    for child, node in enumerate(parent):
+        if node >= 0:
+            size[node] += size[child]
+    return np.arange(len(parent)) - size + 1
+
+
+@pytest.mark.parametrize(
+    ("parent", "postordered"),
+    [
+        ([1, 3, 3, -1], True),  # 0 -> 1 -> 3 <- 2
+        ([2, 3, 3, -1], False),  # the same shape, but the subtree of 2 is {0, 2}: not a run of columns
+        ([2, 2, 4, 4, -1], True),  # 0, 1 -> 2 -> 4 <- 3
+        ([4, 3, 3, 4, -1], True),  # 0 -> 4 <- 3 <- 1, 2
+        ([2, 4, 4, 4, -1], False),  # the subtree of 2 is {0, 2}, but its run would be 1..2
+        ([-1, -1, 3, -1], True),  # a forest
+    ],
+)
+def test_postorder_is_recognised(parent, postordered):
+    parent = np.array(parent)
+    assert _is_postordered(parent, _first_columns(parent)) is postordered
 
 
 def test_a_factor_of_another_pattern_is_refused():

@@ -98,10 +98,18 @@ def plan_tree(factor: sp.csc_matrix, tasks: int) -> TreePlan:
     )
 
 
-def _is_postordered(parent: np.ndarray, first: np.ndarray) -> bool:
-    """Whether every subtree is a contiguous run of columns ending at its root."""
-    child = np.flatnonzero(parent >= 0)
-    return bool(np.all(first[parent[child]] <= first[child]))
+@njit(cache=True)
+def _is_postordered(parent, first):
+    """Whether every subtree j is the run of columns first[j]..j: then each node's children's runs, taken in
+    increasing order, tile first[j]..j-1 one after another."""
+    next_start = first.copy()  # where the run of each node's next child must begin
+    for child in range(parent.size):
+        node = parent[child]
+        if node >= 0:
+            if first[child] != next_start[node]:
+                return False
+            next_start[node] = child + 1
+    return bool(np.all(next_start == np.arange(parent.size)))
 
 
 def _share_subtrees(parent: np.ndarray, work: np.ndarray, tasks: int) -> list[list[int]]:
