@@ -187,54 +187,64 @@ def main() -> None:
         print(json.dumps(one_grid(args.one, repeats=3 if args.one in ("64", "256", "512") else 1)))
         return
 
-    print(f"torch {torch.__version__}, solver {SparseSolver().name}, {torch.get_num_threads()} threads\n")
-    print("| grid | unknowns | forward (s) | forward+gradient (s) | gradient/forward | peak memory (GiB) |")
-    print("|---|---|---|---|---|---|")
+    print(f"torch {torch.__version__}, solver {SparseSolver().name}, {torch.get_num_threads()} threads")
+    header("grid", "unknowns", "forward (s)", "forward+gradient (s)", "gradient/forward", "peak memory (GiB)")
     for name in args.sizes:
         out = subprocess.run(
             [sys.executable, __file__, "--one", name], capture_output=True, text=True, check=True
         )
         r = json.loads(out.stdout)
         ratio = r["forward+gradient"] / r["forward"]
-        print(
-            f"| {r['grid']} | {r['unknowns']:,} | {r['forward']:.3f} | {r['forward+gradient']:.3f} | "
-            f"{ratio:.2f} | {r['peak_gib']:.2f} |",
-            flush=True,
+        row(
+            r["grid"],
+            f"{r['unknowns']:,}",
+            f"{r['forward']:.3f}",
+            f"{r['forward+gradient']:.3f}",
+            f"{ratio:.2f}",
+            f"{r['peak_gib']:.2f}",
         )
 
     if not args.skip_fd:
-        print(
-            "\n| grid | adjoint gradient (s) | central differences (s) | speed-up | max relative difference |"
+        header(
+            "grid", "adjoint gradient (s)", "central differences (s)", "speed-up", "max relative difference"
         )
-        print("|---|---|---|---|---|")
         for shape in [(32, 32), (64, 64)]:
             r = finite_differences(shape)
-            print(
-                f"| {r['grid']} | {r['adjoint']:.4f} | {r['fd']:.1f} | {r['fd'] / r['adjoint']:,.0f}x | "
-                f"{r['difference']:.1e} |",
-                flush=True,
+            row(
+                r["grid"],
+                f"{r['adjoint']:.4f}",
+                f"{r['fd']:.1f}",
+                f"{r['fd'] / r['adjoint']:,.0f}x",
+                f"{r['difference']:.1e}",
             )
 
     if not args.skip_solves:
-        print(
-            f"\n| grid | CHOLMOD solve (ms) | tree solve on {usable_cores()} cores (ms) | speed-up "
-            "| max relative difference |"
+        header(
+            "grid",
+            "CHOLMOD solve (ms)",
+            f"tree solve on {usable_cores()} cores (ms)",
+            "speed-up",
+            "max relative difference",
         )
-        print("|---|---|---|---|---|")
         for shape in [(512, 512), (1024, 1024)]:
             r = triangular_solves(shape)
-            print(
-                f"| {r['grid']} | {1e3 * r['cholmod']:.1f} | {1e3 * r['tree']:.1f} | "
-                f"{r['cholmod'] / r['tree']:.2f}x | {r['difference']:.1e} |",
-                flush=True,
+            row(
+                r["grid"],
+                f"{1e3 * r['cholmod']:.1f}",
+                f"{1e3 * r['tree']:.1f}",
+                f"{r['cholmod'] / r['tree']:.2f}x",
+                f"{r['difference']:.1e}",
             )
 
     if not args.skip_training:
-        print(
-            "\n| grid | flowlearn step, median (ms) | flowlearn step, mean (ms) | SuperLU re-solve step, median (ms) "
-            "| speed-up (medians) | gradient difference |"
+        header(
+            "grid",
+            "flowlearn step, median (ms)",
+            "flowlearn step, mean (ms)",
+            "SuperLU re-solve step, median (ms)",
+            "speed-up (medians)",
+            "gradient difference",
         )
-        print("|---|---|---|---|---|---|")
         for shape, baseline_steps in [((256, 260), 50), ((1024, 1024), 3)]:
             solver = SparseSolver()
             ours, ours_mean = training_loop(shape, functools.partial(forward_and_gradient, solver=solver))
@@ -243,12 +253,24 @@ def main() -> None:
             ours_grad = forward_and_gradient(rough_log_k(shape), problem, solver)
             check = superlu_forward_and_gradient(rough_log_k(shape), problem)
             difference = ((ours_grad - check).abs().max() / check.abs().max()).item()
-            print(
-                f"| {shape[0]}x{shape[1]} | {1e3 * ours:.1f} | {1e3 * ours_mean:.1f} | {1e3 * baseline:.1f} | "
-                f"{baseline / ours:.1f}x | "
-                f"{difference:.1e} |",
-                flush=True,
+            row(
+                f"{shape[0]}x{shape[1]}",
+                f"{1e3 * ours:.1f}",
+                f"{1e3 * ours_mean:.1f}",
+                f"{1e3 * baseline:.1f}",
+                f"{baseline / ours:.1f}x",
+                f"{difference:.1e}",
             )
+
+
+def header(*columns: str) -> None:
+    """Start a markdown table, after a blank line."""
+    print("\n| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+
+
+def row(*cells: str) -> None:
+    print("| " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":
