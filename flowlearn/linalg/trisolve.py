@@ -27,7 +27,10 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-_SPLIT_IMBALANCE = 1.05  # stop splitting subtrees once the busiest task has at most this share of the ideal
+# Subtrees are split until the busiest task has at most _SPLIT_IMBALANCE times an even share of the work, or
+# the top (solved on one core) holds more than _TOP_SHARE of it.
+_SPLIT_IMBALANCE = 1.05
+_TOP_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class TreePlan:
             are top rows and go through the task's accumulator.
         top_columns: (T,) the columns of the top supernodes.
         top_position: (n,) index of a column in ``top_columns``, -1 for task columns.
+        widest: the most entries of any column, so at least the rows below any supernode.
     """
 
     indptr: np.ndarray
@@ -52,6 +56,7 @@ class TreePlan:
     direct_rows: np.ndarray
     top_columns: np.ndarray
     top_position: np.ndarray
+    widest: int
 
     @property
     def tasks(self) -> int:
@@ -95,6 +100,7 @@ def plan_tree(factor: sp.csc_matrix, tasks: int) -> TreePlan:
         direct_rows=_direct_rows(indptr, indices, supernodes, owner),
         top_columns=top_columns,
         top_position=top_position,
+        widest=int(counts.max(initial=1)),
     )
 
 
@@ -117,7 +123,7 @@ def _share_subtrees(parent: np.ndarray, work: np.ndarray, tasks: int) -> list[li
 
     Starting from the tree's roots, the heaviest subtree is split into its children (its root joins the top)
     until the subtrees can be dealt to the tasks, heaviest first to the least loaded, within
-    ``_SPLIT_IMBALANCE`` of an even share, or the top has grown past a tenth of the work."""
+    ``_SPLIT_IMBALANCE`` of an even share, or the top holds more than ``_TOP_SHARE`` of the work."""
     candidates = list(np.flatnonzero(parent < 0))
     total = work[candidates].sum()
     while True:
@@ -128,7 +134,7 @@ def _share_subtrees(parent: np.ndarray, work: np.ndarray, tasks: int) -> list[li
             loads[least] += work[root]
             shares[least].append(int(root))
         top_work = total - sum(loads)
-        if max(loads) <= _SPLIT_IMBALANCE * total / tasks or top_work > 0.1 * total:
+        if max(loads) <= _SPLIT_IMBALANCE * total / tasks or top_work > _TOP_SHARE * total:
             return shares
         heaviest = candidates.pop(0)
         children = np.flatnonzero(parent == heaviest)
@@ -264,7 +270,6 @@ class TreeSolver:
         self._values = factor_ld.data
         self._permutation = permutation
         self._plan = plan
-        self._widest = int(np.diff(plan.indptr).max(initial=1))  # rows below a supernode, at most
 
     def apply(self, rhs: np.ndarray) -> np.ndarray:
         """``A^{-1} rhs`` for rhs float64 (n,)."""
@@ -273,7 +278,7 @@ class TreeSolver:
         x = rhs[self._permutation]
         top_sums = np.zeros((plan.tasks, plan.top_columns.size))
         # Per task, scratch for the rows below a supernode.
-        below = np.empty((max(plan.tasks, 1), self._widest))
+        below = np.empty((max(plan.tasks, 1), plan.widest))
 
         def forward(task: int, order: np.ndarray, sums: np.ndarray) -> None:
             _forward(*pattern, order, plan.direct_rows, plan.top_position, x, sums, below[task])
@@ -292,16 +297,18 @@ class TreeSolver:
 
 
 _pool: ThreadPoolExecutor | None = None
+_pool_workers = 0
 _pool_lock = threading.Lock()
 
 
 def _run_tasks(work, tasks: int) -> None:
     """Run ``work(0..tasks-1)``: task 0 on this thread, the others on a shared pool (the kernels drop the GIL)."""
-    global _pool
+    global _pool, _pool_workers
     if tasks > 1:
         with _pool_lock:
-            if _pool is None or _pool._max_workers < tasks - 1:
+            if _pool is None or _pool_workers < tasks - 1:
                 _pool = ThreadPoolExecutor(max_workers=tasks - 1, thread_name_prefix="flowlearn-trisolve")
+                _pool_workers = tasks - 1
             futures = [_pool.submit(work, task) for task in range(1, tasks)]
     if tasks > 0:
         work(0)
@@ -313,7 +320,7 @@ def _run_tasks(work, tasks: int) -> None:
 if hasattr(os, "register_at_fork"):  # a forked child (a DataLoader worker, a launcher) has no pool threads
 
     def _forget_pool() -> None:
-        global _pool
-        _pool = None
+        global _pool, _pool_workers
+        _pool, _pool_workers = None, 0
 
     os.register_at_fork(after_in_child=_forget_pool)
