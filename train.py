@@ -1,6 +1,6 @@
 """Train a permeability correction: ``python train.py [group=option ...] [key=value ...]``.
 
-A thin Hydra shell around :func:`flowlearn.train.run`; configs/train.yaml lists the config groups.
+A thin Hydra shell around :func:`flowlearn.training.train.run`; configs/train.yaml lists the config groups.
 """
 
 from pathlib import Path
@@ -13,7 +13,7 @@ OmegaConf.register_new_resolver("repo_root", lambda: str(Path(__file__).resolve(
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from flowlearn.train import run
+    from flowlearn.training.train import run
 
     return run(cfg)
 

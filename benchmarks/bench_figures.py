@@ -51,7 +51,7 @@ class StepTimer(L.Callback):
         self.train_s = time.perf_counter() - self._train
 
     def on_fit_end(self, trainer, pl_module) -> None:
-        from flowlearn.viz_callback import FigureCallback
+        from flowlearn.reporting.callback import FigureCallback
 
         figures = next((c for c in trainer.callbacks if isinstance(c, FigureCallback)), None)
         timing = {

@@ -29,8 +29,10 @@ import numpy as np
 import torch
 from bench_solve import loss_of, rough_log_k
 
-from flowlearn import DarcyProblem, SparseSolver, solve_pressure
-from flowlearn.linalg import GPUSolver, GPUUnavailableError
+from flowlearn import DarcyProblem, solve_pressure
+from flowlearn.engines import make_engine
+from flowlearn.engines.gpu import GPUEngine
+from flowlearn.errors import GPUUnavailableError
 
 SIZES = (256, 1024, 2048, 4096)
 BATCHES = (1, 8, 64)
@@ -63,9 +65,9 @@ def step_seconds(log_k: torch.Tensor, problem: DarcyProblem, solver, repeats: in
     return first, statistics.median(steps)
 
 
-def gpu_solver() -> GPUSolver | None:
+def gpu_solver() -> GPUEngine | None:
     try:
-        return GPUSolver()
+        return GPUEngine()
     except GPUUnavailableError as error:
         print(f"No GPU columns: {error}\n")
         return None
@@ -85,7 +87,7 @@ def single_fracture_table(sizes: list[int], cpu_max: int, repeats: int, use_gpu:
         row = {"gpu_first": None, "gpu_step": None, "cpu_first": None, "cpu_step": None}
         method = peak = factor = in_use = "—"
         if use_gpu:
-            solver = GPUSolver()
+            solver = GPUEngine()
             device = solver.device
             torch.cuda.reset_peak_memory_stats(device)
             row["gpu_first"], row["gpu_step"] = step_seconds(log_k.to(device), problem, solver, repeats)
@@ -100,7 +102,7 @@ def single_fracture_table(sizes: list[int], cpu_max: int, repeats: int, use_gpu:
             torch.cuda.empty_cache()
         if size <= cpu_max:
             row["cpu_first"], row["cpu_step"] = step_seconds(
-                log_k, problem, SparseSolver(), repeats if size <= 1024 else 1
+                log_k, problem, make_engine(), repeats if size <= 1024 else 1
             )
 
         def cell(value: float | None) -> str:
@@ -124,10 +126,10 @@ def batch_table(repeats: int, use_gpu: bool) -> None:
         log_k = torch.stack([rough_log_k(shape, seed=i) for i in range(batch)])
         gpu = cpu = None
         if use_gpu:
-            solver = GPUSolver()
+            solver = GPUEngine()
             gpu = batch / step_seconds(log_k.to(solver.device), problem, solver, repeats)[1]
             solver.free()
-        cpu = batch / step_seconds(log_k, problem, SparseSolver(), max(1, repeats // 2))[1]
+        cpu = batch / step_seconds(log_k, problem, make_engine(), max(1, repeats // 2))[1]
         gpu_cell = "—" if gpu is None else f"{gpu:,.0f}"
         speedup = "—" if gpu is None else f"{gpu / cpu:.1f}x"
         print(f"| {batch} | {gpu_cell} | {cpu:,.1f} | {speedup} |", flush=True)
@@ -156,7 +158,7 @@ def main() -> None:
     use_gpu = gpu_solver() is not None
     device = torch.cuda.get_device_name() if use_gpu else "no GPU"
     print(
-        f"torch {torch.__version__}, GPU: {device}, CPU solver {SparseSolver().name}, "
+        f"torch {torch.__version__}, GPU: {device}, CPU solver {make_engine().name}, "
         f"{torch.get_num_threads()} torch thread(s); CPU columns up to {args.cpu_max}x{args.cpu_max}\n"
     )
     single_fracture_table(args.sizes, args.cpu_max, args.repeats, use_gpu)

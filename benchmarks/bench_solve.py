@@ -32,9 +32,10 @@ import numpy as np
 import scipy.sparse.linalg as spla
 import torch
 
-from flowlearn import DarcyProblem, SparseSolver, solve_pressure
-from flowlearn.linalg.backends import CholmodBackend
-from flowlearn.linalg.trisolve import usable_cores
+from flowlearn import DarcyProblem, solve_pressure
+from flowlearn.engines import Engine, make_engine
+from flowlearn.engines.cholmod import CholmodEngine
+from flowlearn.engines.trisolve import usable_cores
 
 GRIDS = {"64": (64, 64), "256": (256, 260), "512": (512, 512), "1024": (1024, 1024), "2048": (2048, 2048)}
 
@@ -54,7 +55,7 @@ def loss_of(pressure: torch.Tensor) -> torch.Tensor:
     return ((pressure - 1.5) ** 2).mean()
 
 
-def forward_and_gradient(log_k: torch.Tensor, problem: DarcyProblem, solver: SparseSolver) -> torch.Tensor:
+def forward_and_gradient(log_k: torch.Tensor, problem: DarcyProblem, solver: Engine) -> torch.Tensor:
     x = log_k.clone().requires_grad_()
     loss_of(solve_pressure(x, problem, solver=solver)).backward()
     return x.grad
@@ -67,11 +68,11 @@ def one_grid(name: str, repeats: int) -> dict:
     _ = problem.layout
     forward, both = [], []
     for _ in range(repeats):
-        solver = SparseSolver()  # fresh: no factor to reuse, symbolic analysis included
+        solver = make_engine()  # fresh: no factor to reuse, symbolic analysis included
         start = time.perf_counter()
         solve_pressure(log_k, problem, solver=solver)
         forward.append(time.perf_counter() - start)
-        solver = SparseSolver()
+        solver = make_engine()
         start = time.perf_counter()
         forward_and_gradient(log_k, problem, solver)
         both.append(time.perf_counter() - start)
@@ -114,8 +115,8 @@ def triangular_solves(shape: tuple[int, int], repeats: int = 15) -> dict:
     result = {"grid": f"{shape[0]}x{shape[1]}"}
     solutions = []
     for name, entries in [("cholmod", None), ("tree", 0)]:
-        backend = CholmodBackend(tree_solve_entries=entries)
-        factor = backend.factorize(matrix, backend.analyze(matrix))
+        engine = CholmodEngine(tree_solve_entries=entries)
+        factor = engine.factorize(matrix, engine.analyze(matrix))
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
@@ -147,7 +148,7 @@ def finite_differences(shape: tuple[int, int], eps: float = 1e-4) -> dict:
     training) and with a new numeric factorisation for every field; eps=1e-4 balances truncation and round-off."""
     problem = DarcyProblem.fracture(shape)
     log_k = rough_log_k(shape)
-    solver = SparseSolver(reuse=False)  # every finite-difference solve exact to round-off
+    solver = make_engine(reuse=False)  # every finite-difference solve exact to round-off
     forward_and_gradient(log_k + 0.5, problem, solver)  # warm-up: symbolic analysis of the pattern
     timings = []
     for shift in (0.1, 0.2, 0.3, 0.0):  # a different field each time, so that each call factorises afresh
@@ -187,7 +188,7 @@ def main() -> None:
         print(json.dumps(one_grid(args.one, repeats=3 if args.one in ("64", "256", "512") else 1)))
         return
 
-    print(f"torch {torch.__version__}, solver {SparseSolver().name}, {torch.get_num_threads()} threads")
+    print(f"torch {torch.__version__}, solver {make_engine().name}, {torch.get_num_threads()} threads")
     header("grid", "unknowns", "forward (s)", "forward+gradient (s)", "gradient/forward", "peak memory (GiB)")
     for name in args.sizes:
         out = subprocess.run(
@@ -246,7 +247,7 @@ def main() -> None:
             "gradient difference",
         )
         for shape, baseline_steps in [((256, 260), 50), ((1024, 1024), 3)]:
-            solver = SparseSolver()
+            solver = make_engine()
             ours, ours_mean = training_loop(shape, functools.partial(forward_and_gradient, solver=solver))
             baseline, _ = training_loop(shape, superlu_forward_and_gradient, steps=baseline_steps)
             problem = DarcyProblem.fracture(shape)

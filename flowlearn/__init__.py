@@ -8,15 +8,15 @@ import os
 # is imported before torch; an explicit setting is kept.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from flowlearn.darcy import DarcyProblem, solve_pressure
+from flowlearn.darcy.grid import Grid
+from flowlearn.darcy.problem import DarcyProblem
+from flowlearn.darcy.solve import solve_pressure
 from flowlearn.errors import (
     ConvergenceError,
     DisconnectedRegionError,
     ProblemError,
     SolveInputError,
 )
-from flowlearn.grid import Grid
-from flowlearn.linalg import SparseSolver
 
 __version__ = "0.1.0"
 
@@ -27,6 +27,5 @@ __all__ = [
     "Grid",
     "ProblemError",
     "SolveInputError",
-    "SparseSolver",
     "solve_pressure",
 ]

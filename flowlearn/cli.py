@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from flowlearn.data.schema import DataValidationError
+from flowlearn.errors import USER_ERRORS
 
 
 def _run_convert(args: argparse.Namespace) -> int:
@@ -108,7 +108,8 @@ def _add_generate(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from flowlearn.report import looks_like_run, report_run, report_sweep, sweep_runs
+    from flowlearn.reporting.report import report_run, report_sweep
+    from flowlearn.reporting.runs import looks_like_run, sweep_runs
 
     run_dir = Path(args.run_dir)
     # A directory with no run outputs of its own but run subdirectories is a sweep.
@@ -137,7 +138,7 @@ def _add_report(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_predict(args: argparse.Namespace) -> int:
-    from flowlearn.predict import predict
+    from flowlearn.training.predict import predict
 
     count = predict(args.run_dir, args.inputs, args.output, checkpoint=args.checkpoint)
     print(f"wrote predicted W, log k and pressure of {count} fracture(s) to {args.output}")
@@ -182,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (DataValidationError, FileNotFoundError) as err:
+    except USER_ERRORS as err:
         print(f"flowlearn {args.command}: error: {err}", file=sys.stderr)
         return 1
 

@@ -1,4 +1,9 @@
-"""Exceptions raised by flowlearn. Bad input is always a ``ValueError`` subclass that names what and where."""
+"""Every exception flowlearn raises, in one place.
+
+Bad input is a ``ValueError`` subclass whose message names what and where (option, file, group, field, pixel);
+a backend that cannot run here is an :class:`UnavailableError`; a computation that failed to reach its tolerance is
+a ``RuntimeError`` subclass. The command line (``train.py``, ``flowlearn``) reports :data:`USER_ERRORS` as one line.
+"""
 
 
 class ProblemError(ValueError):
@@ -15,3 +20,53 @@ class SolveInputError(ValueError):
 
 class ConvergenceError(RuntimeError):
     """An iterative linear solve stopped at its iteration limit before reaching its tolerance."""
+
+
+class ConfigError(ValueError):
+    """A training config value that cannot work; the message names the option."""
+
+
+class DataValidationError(ValueError):
+    """A fracture file, group or field that violates the schema. The message names file, group and field."""
+
+
+class RunDirectoryError(FileNotFoundError):
+    """A directory that is not a finished run (or sweep of runs); the message says what is missing."""
+
+
+class UnavailableError(RuntimeError):
+    """A backend that cannot run in this environment; the message says what to install."""
+
+
+class GPUUnavailableError(UnavailableError):
+    """``solver=gpu`` cannot run here (no CUDA device, or no cuDSS)."""
+
+
+class JuliaUnavailableError(UnavailableError):
+    """Julia (through juliacall) cannot be started in this environment."""
+
+
+class ForeignError(RuntimeError):
+    """A foreign function reported a failure; the message is the foreign one, prefixed by the function's name."""
+
+
+class ForeignDerivativeError(RuntimeError):
+    """A derivative the foreign code does not provide was requested (second order, or forward mode without a
+    pushforward)."""
+
+
+class LBMConvergenceError(RuntimeError):
+    """The LBM run reached ``max_steps`` before its steady-state criterion was met."""
+
+
+# Failures that are about the user's input or environment: reported as one line, not a stack trace.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ProblemError,
+    SolveInputError,
+    ConvergenceError,
+    ConfigError,
+    DataValidationError,
+    UnavailableError,
+    FileNotFoundError,
+    FloatingPointError,
+)

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from flowlearn.linalg import SparseSolver, cholmod_available
+from flowlearn.engines import Engine, cholmod_available, make_engine
 
 EXAMPLE_FRACTURE = Path(__file__).resolve().parents[2] / "shared" / "data" / "example_fracture.mat"
 
@@ -22,9 +22,9 @@ ALL_BACKENDS = [*DIRECT_BACKENDS, "amg"]
 
 
 @pytest.fixture(params=ALL_BACKENDS)
-def solver(request) -> SparseSolver:
+def solver(request) -> Engine:
     """A fresh solver per test, for every backend."""
-    return SparseSolver(request.param)
+    return make_engine(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,9 @@ import pytest
 import torch
 from torch.func import grad, jacrev, vmap
 
-from flowlearn import DarcyProblem, Grid, SparseSolver, solve_pressure
-from flowlearn.linalg import GPUSolver
+from flowlearn import DarcyProblem, Grid, solve_pressure
+from flowlearn.engines import make_engine
+from flowlearn.engines.gpu import GPUEngine
 
 
 def _fracture_with_spots(shape=(12, 15), seed=0) -> DarcyProblem:
@@ -26,8 +27,8 @@ def _fields(batch, shape, seed=1) -> torch.Tensor:
 # The torch engine runs the same batched code on CPU tensors; an exact-enough PCG without warm starts keeps every
 # solve independent of the previous one, as finite differences and loop-vs-batch comparisons need.
 SOLVERS = {
-    "superlu": lambda: SparseSolver("superlu"),
-    "torch-pcg": lambda: GPUSolver(method="pcg", device="cpu", rtol=1e-13, reuse=False),
+    "superlu": lambda: make_engine("superlu"),
+    "torch-pcg": lambda: GPUEngine(method="pcg", device="cpu", rtol=1e-13, reuse=False),
 }
 
 
@@ -71,19 +72,19 @@ def test_batch_gradients_equal_separate_gradients(make_solver):
 
 def test_vmap_folds_its_dimension_into_one_batched_call():
     problem = _fracture_with_spots()
-    solver = GPUSolver(method="pcg", device="cpu", rtol=1e-13, reuse=False)
+    solver = GPUEngine(method="pcg", device="cpu", rtol=1e-13, reuse=False)
     log_k = _fields(6, problem.grid.shape, seed=3).reshape(3, 2, *problem.grid.shape)
     batched = vmap(lambda x: solve_pressure(x, problem, solver=solver))(log_k)
     # The vmap rule hands the engine one batch of 3*2 items: one batched solve, not three.
     assert solver.stats.pcg_solves == 1
-    reference = solve_pressure(log_k.reshape(6, *problem.grid.shape), problem, solver=SparseSolver("superlu"))
+    reference = solve_pressure(log_k.reshape(6, *problem.grid.shape), problem, solver=make_engine("superlu"))
     torch.testing.assert_close(batched, reference.reshape(batched.shape), rtol=1e-10, atol=0, equal_nan=True)
 
 
 def test_vmap_of_grad_on_the_torch_engine_equals_a_loop():
     problem = _fracture_with_spots()
     active = torch.from_numpy(problem.active)
-    solver = GPUSolver(method="pcg", device="cpu", rtol=1e-13, reuse=False)
+    solver = GPUEngine(method="pcg", device="cpu", rtol=1e-13, reuse=False)
     log_k = _fields(4, problem.grid.shape, seed=4)
 
     def loss(log_k):

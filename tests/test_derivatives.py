@@ -6,7 +6,8 @@ import torch
 from torch.autograd import gradcheck, gradgradcheck
 from torch.func import grad, hessian, jacfwd, jacrev, vmap
 
-from flowlearn import DarcyProblem, Grid, SparseSolver, solve_pressure
+from flowlearn import DarcyProblem, Grid, solve_pressure
+from flowlearn.engines import make_engine
 
 
 def _problem_2d() -> DarcyProblem:
@@ -44,7 +45,7 @@ def _inputs(problem: DarcyProblem, batch: int = 2, seed: int = 0):
 def test_gradcheck_and_gradgradcheck(make_problem, solver):
     if solver.name == "amg":
         # Finite differences need more digits than the default, and bitwise-repeatable solves (no warm starts).
-        solver = SparseSolver("amg", rtol=1e-13, reuse=False)
+        solver = make_engine("amg", rtol=1e-13, reuse=False)
     problem = make_problem()
     active = torch.from_numpy(problem.active)
 
@@ -91,7 +92,7 @@ def test_hessian_is_symmetric():
     log_k = _inputs(problem, batch=1)[0].detach()[0]
     target = torch.linspace(1, 2, problem.grid.num_nodes, dtype=torch.float64).reshape(problem.grid.shape)
     # Direct solves only: differences of gradients 1e-5 apart need every digit.
-    solver = SparseSolver("superlu", reuse=False)
+    solver = make_engine("superlu", reuse=False)
 
     def loss(log_k):
         return ((solve_pressure(log_k, problem, solver=solver) - target) ** 2).sum()

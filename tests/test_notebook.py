@@ -9,8 +9,8 @@ import pytest
 from nbclient import NotebookClient
 from viz_support import ROOT, tiny_run
 
-from flowlearn.report import final_metrics
-from flowlearn.runs import read_metrics
+from flowlearn.reporting.report import final_metrics
+from flowlearn.reporting.runs import read_metrics
 
 NOTEBOOK = ROOT / "notebooks" / "visualize.ipynb"
 

@@ -10,8 +10,8 @@ import pytest
 from viz_support import tiny_run, train
 
 from flowlearn.cli import main
-from flowlearn.report import final_metrics
-from flowlearn.runs import read_metrics
+from flowlearn.reporting.report import final_metrics
+from flowlearn.reporting.runs import read_metrics
 
 
 @pytest.fixture

@@ -6,8 +6,9 @@ import scipy.sparse as sp
 import torch
 from conftest import DIRECT_BACKENDS
 
-from flowlearn import ConvergenceError, DarcyProblem, SparseSolver, solve_pressure
-from flowlearn.linalg import pcg
+from flowlearn import ConvergenceError, DarcyProblem, solve_pressure
+from flowlearn.engines import make_engine
+from flowlearn.engines.pcg import pcg
 
 
 def _field(shape, seed):
@@ -17,7 +18,7 @@ def _field(shape, seed):
 @pytest.mark.parametrize("backend", DIRECT_BACKENDS)
 def test_adjoint_reuses_the_forward_factor(backend):
     problem = DarcyProblem.fracture((20, 24))
-    solver = SparseSolver(backend)
+    solver = make_engine(backend)
     log_k = _field((3, 20, 24), 0).requires_grad_()
     solve_pressure(log_k, problem, solver=solver).pow(2).sum().backward()
     # One factorisation per batch item; forward and adjoint solves both direct.
@@ -29,8 +30,8 @@ def test_adjoint_reuses_the_forward_factor(backend):
 def test_training_like_sequence_matches_fresh_solves(backend):
     problem = DarcyProblem.fracture((32, 40))
     # A fixed CG budget: the adaptive one would refactor a grid this small, where that is cheaper.
-    solver = SparseSolver(backend, reuse_budget=20)
-    reference = SparseSolver("superlu", reuse=False)
+    solver = make_engine(backend, reuse_budget=20)
+    reference = make_engine("superlu", reuse=False)
     log_k = _field((32, 40), 1)
     rng = np.random.default_rng(2)
     for _ in range(8):
@@ -51,10 +52,10 @@ def test_training_like_sequence_matches_fresh_solves(backend):
 
 def test_an_aged_factor_is_replaced_once_cg_costs_more_than_its_average_solve():
     problem = DarcyProblem.fracture((48, 48))
-    solver = SparseSolver()
+    solver = make_engine()
     log_k = _field((48, 48), 7)
     solve_pressure(log_k, problem, solver=solver)
-    state = solver._states[problem.layout]
+    state = solver.prepared(problem)
     slot = state.slots[0]
     # Timings fixed by hand, so that the decision does not depend on this machine's speed.
     state.factor_seconds, state.apply_seconds = 1.0, 1e-3
@@ -69,7 +70,7 @@ def test_an_aged_factor_is_replaced_once_cg_costs_more_than_its_average_solve():
 
 def test_a_different_field_is_refactored_not_iterated():
     problem = DarcyProblem.fracture((16, 16))
-    solver = SparseSolver("superlu")
+    solver = make_engine("superlu")
     solve_pressure(_field((16, 16), 3), problem, solver=solver)
     solve_pressure(_field((16, 16), 4), problem, solver=solver)
     assert solver.stats.factorizations == 2 and solver.stats.pcg_solves == 0
@@ -77,7 +78,7 @@ def test_a_different_field_is_refactored_not_iterated():
 
 def test_iterative_solve_that_does_not_converge_raises():
     problem = DarcyProblem.fracture((48, 48))
-    solver = SparseSolver("amg", max_iter=2)
+    solver = make_engine("amg", max_iter=2)
     with pytest.raises(
         ConvergenceError, match=r"amg-preconditioned CG did not reach rtol=1e-11 within 2 iterations"
     ):

@@ -5,13 +5,14 @@ import pytest
 import torch
 from conftest import DIRECT_BACKENDS
 
-from flowlearn import DarcyProblem, Grid, SparseSolver, solve_pressure
+from flowlearn import DarcyProblem, Grid, solve_pressure
+from flowlearn.engines import make_engine
 
 
 @pytest.mark.parametrize("backend", DIRECT_BACKENDS)
 def test_uniform_conductivity_gives_the_linear_profile(backend):
     problem = DarcyProblem.fracture((256, 260))
-    pressure = solve_pressure(torch.zeros(256, 260), problem, solver=SparseSolver(backend)).numpy()
+    pressure = solve_pressure(torch.zeros(256, 260), problem, solver=make_engine(backend)).numpy()
     exact = 2 - np.arange(260) / 259
     assert pressure.dtype == np.float64
     assert np.abs(pressure - exact).max() <= 1e-12
@@ -104,7 +105,7 @@ def test_backends_agree_on_a_heterogeneous_field():
     log_k = torch.from_numpy(rng.normal(scale=1.0, size=(2, *shape)))
     sources = torch.from_numpy(np.where(problem.free, rng.normal(scale=1e-2, size=shape), 0.0))
     results = {
-        backend: solve_pressure(log_k, problem, sources=sources, solver=SparseSolver(backend)).numpy()
+        backend: solve_pressure(log_k, problem, sources=sources, solver=make_engine(backend)).numpy()
         for backend in ("cholmod", "superlu", "amg")
         if backend != "cholmod" or _has_cholmod()
     }
@@ -116,6 +117,6 @@ def test_backends_agree_on_a_heterogeneous_field():
 
 
 def _has_cholmod() -> bool:
-    from flowlearn.linalg import cholmod_available
+    from flowlearn.engines import cholmod_available
 
     return cholmod_available()

@@ -23,7 +23,7 @@ from conftest import EXAMPLE_FRACTURE
 from flowlearn import DarcyProblem, solve_pressure
 from flowlearn.data.roughness import RoughnessParams, rough_fracture
 from flowlearn.data.schema import Fracture, write_fractures
-from flowlearn.runs import metric_series, read_metrics
+from flowlearn.reporting.runs import metric_series, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 EMBEDDED = ROOT / "data" / "fractures.h5"
@@ -113,10 +113,13 @@ def test_readme_run_command_trains_on_the_embedded_dataset(tmp_path):
     with h5py.File(tmp_path / "predictions.h5") as run, h5py.File(predicted) as new:
         assert set(new) == set(run)
         for name in run:
-            for field in ("correction", "pressure"):
-                np.testing.assert_allclose(
-                    new[name][field][()], run[name][field][()], rtol=1e-12, equal_nan=True
-                )
+            # The same weights give the same W. The pressures agree to the solves' tolerance: predict factorises
+            # afresh, while the run may have solved by CG on a reused factor, to a relative error of 1e-11 (which
+            # path depends on timings).
+            np.testing.assert_allclose(new[name]["correction"][()], run[name]["correction"][()], rtol=1e-12)
+            np.testing.assert_allclose(
+                new[name]["pressure"][()], run[name]["pressure"][()], rtol=1e-9, equal_nan=True
+            )
 
 
 @pytest.mark.skipif(not EXAMPLE_FRACTURE.exists(), reason="the shared example fracture is absent")

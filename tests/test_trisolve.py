@@ -1,12 +1,12 @@
-"""Triangular solves shared among cores along the elimination tree (flowlearn.linalg.trisolve)."""
+"""Triangular solves shared among cores along the elimination tree (flowlearn.engines.trisolve)."""
 
 import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
 
-from flowlearn import DarcyProblem, SparseSolver
-from flowlearn.linalg import cholmod_available
-from flowlearn.linalg.trisolve import TreeSolver, _is_postordered, plan_tree, usable_cores
+from flowlearn import DarcyProblem
+from flowlearn.engines import cholmod_available
+from flowlearn.engines.trisolve import TreeSolver, _is_postordered, plan_tree, usable_cores
 
 pytestmark = pytest.mark.skipif(not cholmod_available(), reason="scikit-sparse is not installed")
 
@@ -109,11 +109,11 @@ def test_a_factor_of_another_pattern_is_refused():
 
 def test_training_loop_through_tree_solves_matches_cholmod():
     """The reuse machinery (PCG on an old factor, direct solves) gives the same answers through tree solves."""
-    from flowlearn.linalg.backends import CholmodBackend
+    from flowlearn.engines.cholmod import CholmodEngine
 
     problem = DarcyProblem.fracture((40, 44))
-    tree = SparseSolver(CholmodBackend(tree_solve_entries=0), reuse_budget=20)
-    plain = SparseSolver(CholmodBackend(tree_solve_entries=None), reuse_budget=20)
+    tree = CholmodEngine(tree_solve_entries=0, reuse_budget=20)
+    plain = CholmodEngine(tree_solve_entries=None, reuse_budget=20)
     layout = problem.layout
     log_k = np.random.default_rng(3).normal(size=problem.grid.num_nodes)
     rng = np.random.default_rng(4)
@@ -122,10 +122,10 @@ def test_training_loop_through_tree_solves_matches_cholmod():
         t, matrix = layout.system(0, log_k)
         rhs = layout.rhs(t, problem.dirichlet_values.reshape(-1), problem.sources.reshape(-1))
         np.testing.assert_allclose(
-            tree.solve(layout, 0, "state", matrix, rhs),
-            plain.solve(layout, 0, "state", matrix, rhs),
+            tree.solve_system(tree.prepared(problem), 0, "state", matrix, rhs),
+            plain.solve_system(plain.prepared(problem), 0, "state", matrix, rhs),
             rtol=1e-10,
         )
     assert tree.stats.pcg_solves == 3 and tree.stats.factorizations == 1
-    (slot,) = tree._states[layout].slots.values()
+    (slot,) = tree.prepared(problem).slots.values()
     assert (slot.factor._tree is not None) == (usable_cores() > 1)

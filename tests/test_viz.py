@@ -11,8 +11,7 @@ import pytest
 from matplotlib.image import AxesImage, imread
 from viz_support import SHAPE, VOXEL_SIZE, tiny_run, train
 
-from flowlearn.runs import metric_series, read_metrics, read_predictions
-from flowlearn.viz import (
+from flowlearn.reporting.figures import (
     INACTIVE_COLOUR,
     figure_set,
     plot_correction,
@@ -23,6 +22,8 @@ from flowlearn.viz import (
     save_figures,
     showcase,
 )
+from flowlearn.reporting.runs import metric_series, read_metrics
+from flowlearn.training.predictions import read_predictions
 
 
 @pytest.fixture(scope="module")

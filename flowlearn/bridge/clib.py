@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowlearn.bridge.core import ForeignError, ForeignFunction, foreign_op
+from flowlearn.bridge.core import ForeignFunction, foreign_op
+from flowlearn.errors import ForeignError
 
 Shape = tuple[int, ...]
 OutputShapes = Callable[..., Sequence[Shape]]

@@ -37,18 +37,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from flowlearn.errors import ForeignDerivativeError, ForeignError
+
 ForwardFn = Callable[[tuple[Any, ...]], tuple[Any, Any]]
 PullbackFn = Callable[[Any, tuple[Any, ...], tuple[np.ndarray, ...]], Sequence[Any]]
 PushforwardFn = Callable[[Any, tuple[Any, ...], tuple[Any, ...]], Any]
-
-
-class ForeignError(RuntimeError):
-    """A foreign function reported a failure; the message is the foreign one, prefixed by the function's name."""
-
-
-class ForeignDerivativeError(RuntimeError):
-    """A derivative the foreign code does not provide was requested (second order, or forward mode without a
-    pushforward)."""
 
 
 @dataclass(frozen=True, eq=False)

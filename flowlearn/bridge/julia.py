@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowlearn.bridge.core import ForeignError, ForeignFunction, foreign_op
+from flowlearn.bridge.core import ForeignFunction, foreign_op
+from flowlearn.errors import ForeignError, JuliaUnavailableError
 
 # A Julia name, optionally module-qualified (``f``, ``solve!``, ``DPFEHMBridge.pressure``); unicode letters allowed.
 _JULIA_NAME = re.compile(r"[^\W\d][\w!]*(\.[^\W\d][\w!]*)*")
@@ -100,10 +101,6 @@ _INSTALL = (
     "the Julia packages declared in flowlearn/bridge/juliapkg.json, which takes several minutes once. Offline "
     "or on a cluster, see the README's Julia section (JULIA_DEPOT_PATH, PYTHON_JULIAPKG_OFFLINE)."
 )
-
-
-class JuliaUnavailableError(RuntimeError):
-    """Julia (through juliacall) cannot be started in this environment; the message says how to install it."""
 
 
 class _Runtime:

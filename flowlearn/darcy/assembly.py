@@ -15,18 +15,20 @@ Edge transmissibility, with the geometric mean of the two nodes' conductivities 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-if TYPE_CHECKING:
-    from flowlearn.darcy.problem import DarcyProblem
+from flowlearn.darcy.grid import Grid
 
 
 class SystemLayout:
-    """Index maps from the nodes and edges of ``problem`` to the rows and CSC entries of ``A``.
+    """Index maps from the nodes and edges of a problem to the rows and CSC entries of ``A``.
+
+    Args:
+        grid: The grid.
+        dirichlet: bool (grid.shape), the active nodes whose head is fixed.
+        active: bool (grid.shape), the nodes that carry an equation or a fixed head.
 
     Nodes are numbered here by their flat index in the image (C order), not DPFEHM's node order: the solution does
     not depend on the numbering, and fields then flatten as views instead of transposed copies.
@@ -36,11 +38,10 @@ class SystemLayout:
     the free-Dirichlet edges with the free node first, each group sorted by (pixel_a, pixel_b).
     """
 
-    def __init__(self, problem: DarcyProblem) -> None:
-        grid = problem.grid
-        free = problem.free.reshape(-1)
-        fixed = problem.dirichlet.reshape(-1)
-        active = problem.active.reshape(-1)
+    def __init__(self, grid: Grid, dirichlet: np.ndarray, active: np.ndarray) -> None:
+        active = active.reshape(-1)
+        fixed = dirichlet.reshape(-1) & active
+        free = active & ~fixed
         pixel_of_node = grid.to_nodes(np.arange(grid.num_nodes).reshape(grid.shape))
         a, b = pixel_of_node[grid.edges.T]
         aol = grid.areas_over_lengths

@@ -17,9 +17,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from flowlearn.checks import nonfinite
 from flowlearn.darcy.assembly import SystemLayout
+from flowlearn.darcy.grid import Grid
 from flowlearn.errors import DisconnectedRegionError, ProblemError
-from flowlearn.grid import Grid
 
 _MAX_LISTED_REGIONS = 5
 
@@ -60,8 +61,8 @@ class DarcyProblem:
             dirichlet_values, shape, "dirichlet_values", np.float64, default=0.0
         )
         self.sources = _image_field(sources, shape, "sources", np.float64, default=0.0)
-        _require_finite(self.dirichlet_values, self.dirichlet, "dirichlet_values", grid)
-        _require_finite(self.sources, self.active, "sources", grid)
+        _require_finite(self.dirichlet_values, self.dirichlet, "dirichlet_values")
+        _require_finite(self.sources, self.active, "sources")
         if not self.dirichlet.any():
             raise ProblemError(
                 "the problem has no active Dirichlet node, so the pressure is only defined up to a constant: "
@@ -106,7 +107,7 @@ class DarcyProblem:
     @cached_property
     def layout(self) -> SystemLayout:
         """Sparsity pattern and index maps of the linear system, built once per problem."""
-        return SystemLayout(self)
+        return SystemLayout(self.grid, self.dirichlet, self.active)
 
     def _active_graph_components(self) -> tuple[int, np.ndarray]:
         """Connected components of the graph of active nodes; labels in node order."""
@@ -162,8 +163,7 @@ def _image_field(value, shape: tuple[int, ...], name: str, dtype, default) -> np
     return np.array(array, dtype=dtype)
 
 
-def _require_finite(values: np.ndarray, where: np.ndarray, name: str, grid: Grid) -> None:
-    bad = where & ~np.isfinite(values)
-    if bad.any():
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ProblemError(f"{name} has {int(bad.sum())} non-finite value(s), the first at pixel {first}")
+def _require_finite(values: np.ndarray, where: np.ndarray, name: str) -> None:
+    fault = nonfinite(values, where)
+    if fault:
+        raise ProblemError(f"{name} has {fault}")

@@ -17,8 +17,8 @@ The adjoint solve is a pressure solve itself (sources g, zero heads), and the ta
 dQ - dL h and heads dh_D. Both rules are therefore written with this op plus torch operations, which makes them
 differentiable again: double backward, ``hessian``, ``jacfwd``, ``jacrev`` and ``vmap(grad)`` all work.
 
-Only the forward solve depends on the device: it runs through the :class:`~flowlearn.darcy.engines.PressureEngine`
-of the chosen solver (numpy/scipy on the CPU, torch and cuDSS on a GPU), while these rules are the same torch
+Only the linear solve depends on the backend: it runs through the chosen :class:`~flowlearn.engines.base.Engine`
+(CHOLMOD, SuperLU or AMG on the CPU, cuDSS or PCG on a GPU, DPFEHM in Julia), while these rules are the same torch
 operations everywhere. The ``vmap`` rule folds the vmapped dimension into the batch, so the engine sees one batch.
 """
 
@@ -27,50 +27,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from flowlearn.bridge.dpfehm import DPFEHMSolver
-from flowlearn.darcy.engines import PressureEngine, engine_for
+from flowlearn.checks import nonfinite
 from flowlearn.darcy.problem import DarcyProblem
+from flowlearn.engines import Engine, get_engine
 from flowlearn.errors import SolveInputError
-from flowlearn.linalg.backends import BACKENDS
-from flowlearn.linalg.gpu import GPUSolver
-from flowlearn.linalg.reuse import SparseSolver
-
-Solver = SparseSolver | GPUSolver | DPFEHMSolver
-SOLVER_NAMES = ("auto", *BACKENDS, "gpu", "julia")
-
-_DEFAULT_SOLVERS: dict[str, Solver] = {}
-
-
-def get_solver(solver: str | Solver | None = None) -> Solver:
-    """The solver for ``solver``: a name maps to one shared instance each, so caches persist across calls.
-
-    ``"auto"`` (default), ``"cholmod"``, ``"superlu"`` and ``"amg"`` give a CPU
-    :class:`~flowlearn.linalg.reuse.SparseSolver`, ``"gpu"`` a :class:`~flowlearn.linalg.gpu.GPUSolver` on the
-    current CUDA device and ``"julia"`` a :class:`~flowlearn.bridge.dpfehm.DPFEHMSolver`; a solver object is returned
-    as it is.
-
-    Raises:
-        ValueError: an unknown name.
-        GPUUnavailableError, JuliaUnavailableError: the backend cannot run here (raised when it is first built).
-    """
-    if isinstance(solver, (SparseSolver, GPUSolver, DPFEHMSolver)):
-        return solver
-    name = "auto" if solver is None else solver
-    if not isinstance(name, str):
-        raise SolveInputError(
-            f"solver must be a name {list(SOLVER_NAMES)} or a SparseSolver, GPUSolver or DPFEHMSolver, got "
-            f"{type(solver).__name__}"
-        )
-    if name not in SOLVER_NAMES:
-        raise ValueError(f"unknown solver {name!r}; choose one of {list(SOLVER_NAMES)}")
-    if name not in _DEFAULT_SOLVERS:
-        if name == "gpu":
-            _DEFAULT_SOLVERS[name] = GPUSolver()
-        elif name == "julia":
-            _DEFAULT_SOLVERS[name] = DPFEHMSolver()
-        else:
-            _DEFAULT_SOLVERS[name] = SparseSolver(name)
-    return _DEFAULT_SOLVERS[name]
 
 
 def solve_pressure(
@@ -78,30 +38,28 @@ def solve_pressure(
     problem: DarcyProblem,
     dirichlet_values: torch.Tensor | None = None,
     sources: torch.Tensor | None = None,
-    solver: str | Solver | None = None,
+    solver: str | Engine | None = None,
 ) -> torch.Tensor:
     """Steady Darcy pressure (head) at every node, differentiable in ``log_k``, ``dirichlet_values`` and ``sources``.
 
     Args:
         log_k: Natural log of the node conductivity K (m/s), image layout, float32 or float64:
             ``problem.grid.shape`` or ``(B, *problem.grid.shape)``. Values at inactive nodes are ignored (they may
-            be -inf), all others must be finite. On the CPU for the CPU solvers, on the solver's CUDA device for
-            ``"gpu"``.
+            be -inf), all others must be finite. On the engine's device (the CPU, or the GPU engine's CUDA device;
+            the Julia engine takes any).
         problem: Grid, Dirichlet nodes, sources and active nodes.
         dirichlet_values: Heads (m) at the Dirichlet nodes, broadcastable to ``log_k``; default the problem's.
         sources: Sources Q (m^3/s, positive = injection), broadcastable to ``log_k``; default the problem's.
-        solver: A name (see :func:`get_solver`: ``"auto"``, ``"cholmod"``, ``"superlu"``, ``"amg"``, ``"gpu"``,
-            ``"julia"``) or a configured :class:`~flowlearn.linalg.reuse.SparseSolver`,
-            :class:`~flowlearn.linalg.gpu.GPUSolver` or :class:`~flowlearn.bridge.dpfehm.DPFEHMSolver`. DPFEHM
-            differentiates with respect to ``log_k`` only, so it takes no ``dirichlet_values``/``sources`` tensors.
+        solver: An engine name from :data:`flowlearn.engines.ENGINES` or ``"auto"`` (default: CHOLMOD when
+            installed, else SuperLU), each name one shared engine; or a configured
+            :class:`~flowlearn.engines.base.Engine`.
 
     Returns:
         float64 tensor shaped like ``log_k``: the solved head at free nodes, the Dirichlet value at Dirichlet nodes
         and NaN at inactive nodes (they carry no equation; mask them with ``problem.active``).
 
     Raises:
-        SolveInputError: wrong shape, dtype or device (for the solver), non-finite values at active nodes, or
-            ``dirichlet_values``/``sources`` tensors with the DPFEHM solver.
+        SolveInputError: wrong shape, dtype or device (for the engine), or non-finite values at active nodes.
         ConvergenceError: an iterative solve missed its tolerance.
     """
     grid_shape = problem.grid.shape
@@ -116,57 +74,32 @@ def solve_pressure(
     if unbatched:
         log_k = log_k.unsqueeze(0)
     log_k = _as_float64(log_k, "log_k", log_k.device)
-    if isinstance(solver, DPFEHMSolver) or (isinstance(solver, str) and solver == "julia"):
-        # Checked before get_solver starts Julia: a wrong call fails at once.
-        _reject_tensor_conditions(dirichlet_values, sources)
-    solver = get_solver(solver)
-    if isinstance(solver, DPFEHMSolver):
-        pressure = _dpfehm_pressure(solver, log_k, problem)
-    else:
-        heads = _field(dirichlet_values, problem.dirichlet_values, "dirichlet_values", log_k)
-        flows = _field(sources, problem.sources, "sources", log_k)
-        engine = engine_for(solver)
-        _check_device(log_k.device, engine, solver)
-        pressure = PressureSolve.apply(log_k, heads, flows, _Call(problem, engine, "state"))
+    heads = _field(dirichlet_values, problem.dirichlet_values, "dirichlet_values", log_k)
+    flows = _field(sources, problem.sources, "sources", log_k)
+    engine = get_engine(solver)
+    _check_device(log_k.device, engine)
+    pressure = PressureSolve.apply(log_k, heads, flows, _Call(problem, engine, "state"))
     return pressure.squeeze(0) if unbatched else pressure
 
 
-def _reject_tensor_conditions(dirichlet_values: torch.Tensor | None, sources: torch.Tensor | None) -> None:
-    passed = [
-        name for name, v in (("dirichlet_values", dirichlet_values), ("sources", sources)) if v is not None
-    ]
-    if passed:
-        raise SolveInputError(
-            f"the DPFEHM solver (solver=julia) differentiates with respect to log_k only, but {' and '.join(passed)} "
-            "were passed as tensors: put them in the DarcyProblem, or use a native solver (solver='auto' or "
-            "'gpu'), which differentiates with respect to them as well"
-        )
-
-
-def _dpfehm_pressure(solver: DPFEHMSolver, log_k: torch.Tensor, problem: DarcyProblem) -> torch.Tensor:
-    active = problem.active.reshape(-1)
-    _check_finite(log_k.detach().reshape(log_k.shape[0], -1).cpu(), active, "log_k", problem)
-    return solver.pressure(log_k, problem)
-
-
-def _check_device(device: torch.device, engine: PressureEngine, solver: Solver) -> None:
-    if device == engine.device:
+def _check_device(device: torch.device, engine: Engine) -> None:
+    if engine.device is None or device == engine.device:
         return
-    if isinstance(solver, SparseSolver):
-        raise SolveInputError(
-            f"log_k is on device {device}, but solver {solver.name!r} runs on the CPU; move the tensors with "
-            ".cpu(), or pass solver='gpu' to solve CUDA tensors on their GPU"
-        )
+    hint = ""
+    if device.type == "cuda":
+        hint = ", or pass solver='gpu' to solve CUDA tensors on their GPU"
+    elif engine.device.type == "cuda":
+        hint = ", or pass a CPU solver (solver='auto') for CPU tensors"
     raise SolveInputError(
-        f"log_k is on device {device}, but the GPU solver runs on {engine.device}; move the tensors with "
-        f".to('{engine.device}'), or pass a CPU solver (solver='auto') for CPU tensors"
+        f"log_k is on device {device}, but solver {engine.name!r} runs on {engine.device}; move the tensors with "
+        f".to('{engine.device}'){hint}"
     )
 
 
 class _Call:
     """The non-tensor arguments of one op application: problem, engine and the role of the rhs (warm starts)."""
 
-    def __init__(self, problem: DarcyProblem, engine: PressureEngine, role: str) -> None:
+    def __init__(self, problem: DarcyProblem, engine: Engine, role: str) -> None:
         self.problem, self.engine, self.role = problem, engine, role
 
     def with_role(self, role: str) -> _Call:
@@ -183,14 +116,19 @@ class PressureSolve(torch.autograd.Function):
         batch = log_k.shape[0]
         log_k_nodes, head_nodes, flow_nodes = (x.detach().reshape(batch, -1) for x in (log_k, heads, flows))
         if log_k.device.type == "cpu":
-            # numpy masks: on small arrays numpy's checks cost less than starting torch's thread pool.
+            # numpy masks and values: on small arrays numpy's checks cost less than starting torch's thread pool.
             fixed, active = layout.fixed_mask, layout.active_mask
+            checked = (x.numpy() for x in (log_k_nodes, head_nodes, flow_nodes))
         else:
             _, _, _, _, fixed, active = layout.torch_tensors(log_k.device)
-        _check_finite(log_k_nodes, active, "log_k", problem)
-        _check_finite(head_nodes, fixed, "dirichlet_values", problem)
-        _check_finite(flow_nodes, active, "sources", problem)
-        pressure = call.engine.solve_layout(layout, log_k_nodes, head_nodes, flow_nodes, call.role)
+            checked = (log_k_nodes, head_nodes, flow_nodes)
+        for name, values, where in zip(
+            ("log_k", "dirichlet_values", "sources"), checked, (active, fixed, active)
+        ):
+            fault = nonfinite(values, where, problem.grid.shape, batched=True)
+            if fault:
+                raise SolveInputError(f"{name} has {fault}")
+        pressure = call.engine.pressure(problem, log_k_nodes, head_nodes, flow_nodes, call.role)
         return pressure.reshape(log_k.shape)
 
     @staticmethod
@@ -302,26 +240,3 @@ def _field(value: torch.Tensor | None, default: np.ndarray, name: str, like: tor
         raise SolveInputError(
             f"{name} has shape {tuple(value.shape)}, which does not broadcast to log_k's {tuple(like.shape)}"
         ) from None
-
-
-def _check_finite(
-    values: torch.Tensor, where: np.ndarray | torch.Tensor, name: str, problem: DarcyProblem
-) -> None:
-    """Raise when ``values`` (B, num_nodes) has a non-finite entry where the bool mask ``where`` (num_nodes,) is
-    set, naming the batch item and the pixel. ``where`` is a numpy array for CPU values, else a tensor on their
-    device."""
-    if isinstance(where, np.ndarray):
-        bad = ~np.isfinite(values.numpy()) & where
-    else:
-        bad = ~torch.isfinite(values) & where
-    if not bad.any():
-        return
-    values, bad = np.asarray(values.cpu()), np.asarray(torch.as_tensor(bad).cpu())
-    count = int(bad.sum())
-    sample, node = (int(i) for i in np.argwhere(bad)[0])
-    kinds = f"{int(np.isnan(values[bad]).sum())} NaN, {int(np.isinf(values[bad]).sum())} inf"
-    pixel = tuple(int(i) for i in np.unravel_index(node, problem.grid.shape))
-    raise SolveInputError(
-        f"{name} has {count} non-finite value(s) at active nodes ({kinds}); the first is in batch item "
-        f"{sample} at pixel {pixel}"
-    )

@@ -5,7 +5,6 @@ The LBM driver (:mod:`flowlearn.data.lbm`) needs the ``[lbm]`` extra and is impo
 """
 
 from flowlearn.data.schema import (
-    DataValidationError,
     Fracture,
     FractureInfo,
     convert,
@@ -15,6 +14,7 @@ from flowlearn.data.schema import (
     validate_fracture,
     write_fractures,
 )
+from flowlearn.errors import DataValidationError
 
 _LAZY = {"FractureDataModule", "FractureDataset", "SameShapeBatchSampler", "split_fractures"}
 

@@ -30,11 +30,9 @@ import numpy as np
 from scipy import ndimage
 from tqdm.auto import tqdm
 
+from flowlearn.errors import LBMConvergenceError
+
 CS2 = 1.0 / 3.0  # squared lattice speed of sound: p = cs² ρ in lattice units
-
-
-class LBMConvergenceError(RuntimeError):
-    """The LBM run reached ``max_steps`` before its steady-state criterion was met."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ from typing import Any, Literal
 import h5py
 import numpy as np
 
+from flowlearn.checks import nonfinite
+from flowlearn.errors import DataValidationError
+
 SCHEMA_NAME = "flowlearn-fractures"
 SCHEMA_VERSION = 1
 FLOW_AXES = {"x": -1, "y": -2, "z": -3}
@@ -52,10 +55,6 @@ ORIGINAL_FIELDS = ("aperture_field", "pressure_field")
 BOUNDARY_TOLERANCE = 0.01
 
 Layout = Literal["flowlearn", "original"]
-
-
-class DataValidationError(ValueError):
-    """A fracture file, group or field that violates the schema. The message names file, group and field."""
 
 
 @dataclass(frozen=True)
@@ -136,12 +135,9 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
     for fname, arr in (("aperture", ap), ("pressure", p)):
         if not np.issubdtype(arr.dtype, np.floating):
             raise DataValidationError(f"{_where(path, g, fname)}: expected a float dtype, got {arr.dtype}")
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            first = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise DataValidationError(
-                f"{_where(path, g, fname)}: {int(bad.sum())} non-finite values (NaN or inf), first at {first}"
-            )
+        fault = nonfinite(arr)
+        if fault:
+            raise DataValidationError(f"{_where(path, g, fname)}: {fault}")
     if (ap < 0).any():
         first = tuple(int(i) for i in np.argwhere(ap < 0)[0])
         raise DataValidationError(

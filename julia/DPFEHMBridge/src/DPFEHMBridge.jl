@@ -7,7 +7,10 @@ that Zygote differentiates with DPFEHM's adjoint rule.
 Conventions (flowlearn's DESIGN.md, which are DPFEHM's): vertex-centred regular grids from `DPFEHM.regulargrid2d`
 / `regulargrid3d` (node order: y fastest in 2D; z, then y, then x in 3D), edge conductivity the geometric mean
 `exp((logK_a + logK_b) / 2)`, Dirichlet nodes eliminated, positive sources inject. flowlearn's Python side
-(`flowlearn.bridge.dpfehm`) builds a [`Problem`](@ref) once per problem and calls [`pressure`](@ref).
+(`flowlearn.engines.dpfehm`) builds a [`Problem`](@ref) once per problem and calls [`solve`](@ref) for each
+forward, adjoint and tangent solve, with the heads and sources of that solve; flowlearn's own rules differentiate.
+[`pressure`](@ref) solves with the problem's own heads and sources, and Zygote differentiates it through DPFEHM's
+adjoint rule (the package tests compare the two).
 """
 module DPFEHMBridge
 
@@ -16,7 +19,7 @@ import DPFEHM
 import LinearAlgebra
 import Zygote
 
-export Problem, pressure, pressure_pullback
+export Problem, pressure, pressure_pullback, solve
 
 # The forward solve must reach reltol; this margin absorbs rounding differences between the multigrid's own
 # residual and the independent re-evaluation in `check_converged`.
@@ -44,7 +47,9 @@ struct Problem
     areasoverlengths::Vector{Float64}
     ends_a::Vector{Int}
     ends_b::Vector{Int}
-    dirichletnodes::Vector{Int}
+    fixed::Vector{Bool}  # active Dirichlet nodes
+    free::Vector{Bool}  # active nodes whose head is solved for
+    dirichletnodes::Vector{Int}  # DPFEHM's Dirichlet set: the fixed nodes and the inactive ones
     dirichleths::Vector{Float64}
     Qs::Vector{Float64}
     reltol::Float64
@@ -66,11 +71,17 @@ function Problem(mins, maxs, ns, thickness, dirichlet, dirichletvalues, sources,
     neighbors, areasoverlengths = grid(collect(Float64, mins), collect(Float64, maxs), ns, Float64(thickness))
     keep = [active[a] && active[b] for (a, b) in neighbors]
     neighbors, areasoverlengths = neighbors[keep], areasoverlengths[keep]
+    free = active .& .!fixed
     dirichletnodes = findall(fixed .| .!active)
-    dirichleths = ifelse.(fixed, collect(Float64, dirichletvalues), 0.0)
-    Qs = ifelse.(active .& .!fixed, collect(Float64, sources), 0.0)
-    return Problem(n, neighbors, areasoverlengths, first.(neighbors), last.(neighbors), dirichletnodes, dirichleths,
-                   Qs, Float64(reltol), Int(maxiter))
+    dirichleths, Qs = conditions(fixed, free, dirichletvalues, sources)
+    return Problem(n, neighbors, areasoverlengths, first.(neighbors), last.(neighbors), fixed, free, dirichletnodes,
+                   dirichleths, Qs, Float64(reltol), Int(maxiter))
+end
+
+# DPFEHM's per-node Dirichlet heads and sources: heads at the fixed nodes (0 at the inactive ones, pinned), sources
+# at the free nodes.
+function conditions(fixed, free, heads, sources)
+    return ifelse.(fixed, collect(Float64, heads), 0.0), ifelse.(free, collect(Float64, sources), 0.0)
 end
 
 """
@@ -97,13 +108,33 @@ order; values at inactive nodes are not used). Solved by `DPFEHM.groundwater_ste
 throws when the multigrid stops at `problem.maxiter` short of it. Zygote differentiates it through DPFEHM's adjoint.
 """
 function pressure(logK::AbstractVector{<:Real}, problem::Problem)
+    return steadystate(logK, problem.dirichleths, problem.Qs, problem)
+end
+
+"""
+    solve(logK, heads, sources, problem) -> h
+
+Head (metres) at every node, node order, for the node log-conductivity `logK`, Dirichlet `heads` (metres, used at
+the problem's Dirichlet nodes) and `sources` (m^3/s, used at its free nodes), all per node in node order. Solved as
+[`pressure`](@ref) is; flowlearn calls it for forward, adjoint and tangent solves alike.
+"""
+function solve(logK::AbstractVector{<:Real}, heads::AbstractVector{<:Real}, sources::AbstractVector{<:Real},
+               problem::Problem)
+    for (name, values) in (("heads", heads), ("sources", sources))
+        length(values) == problem.numnodes ||
+            throw(DimensionMismatch("$name has $(length(values)) entries for $(problem.numnodes) nodes"))
+    end
+    dirichleths, Qs = conditions(problem.fixed, problem.free, heads, sources)
+    return steadystate(collect(Float64, logK), dirichleths, Qs, problem)
+end
+
+function steadystate(logK, dirichleths, Qs, problem::Problem)
     length(logK) == problem.numnodes ||
         throw(DimensionMismatch("logK has $(length(logK)) entries for $(problem.numnodes) nodes"))
     Ks = exp.((logK[problem.ends_a] .+ logK[problem.ends_b]) ./ 2)
     h = DPFEHM.groundwater_steadystate(Ks, problem.neighbors, problem.areasoverlengths, problem.dirichletnodes,
-                                       problem.dirichleths, problem.Qs; reltol=problem.reltol,
-                                       maxiter=problem.maxiter)
-    check_converged(h, Ks, problem)
+                                       dirichleths, Qs; reltol=problem.reltol, maxiter=problem.maxiter)
+    check_converged(h, Ks, dirichleths, Qs, problem)
     return h
 end
 
@@ -119,11 +150,10 @@ end
 
 # DPFEHM's multigrid returns silently at its iteration limit; re-evaluate the residual of the free-node equations
 # (the same equations DPFEHM assembles, with unit storage and volume) and refuse an unconverged head.
-function check_converged(h, Ks, problem::Problem)
+function check_converged(h, Ks, dirichleths, Qs, problem::Problem)
     isfree, _, _ = DPFEHM.getfreenodes(problem.numnodes, problem.dirichletnodes)
     unit = ones(problem.numnodes)
-    args = (Ks, problem.neighbors, problem.areasoverlengths, problem.dirichletnodes, problem.dirichleths,
-            problem.Qs, unit, unit)
+    args = (Ks, problem.neighbors, problem.areasoverlengths, problem.dirichletnodes, dirichleths, Qs, unit, unit)
     residual = LinearAlgebra.norm(DPFEHM.groundwater_residuals(h[isfree], args...))
     initial = LinearAlgebra.norm(DPFEHM.groundwater_residuals(zeros(count(isfree)), args...))
     if !(residual <= CONVERGENCE_MARGIN * problem.reltol * initial)
@@ -133,6 +163,6 @@ function check_converged(h, Ks, problem::Problem)
     return nothing
 end
 
-ChainRulesCore.@non_differentiable check_converged(::Any, ::Any, ::Any)
+ChainRulesCore.@non_differentiable check_converged(::Any, ::Any, ::Any, ::Any, ::Any)
 
 end

@@ -94,6 +94,22 @@ end
         @test pressure(logK, problem) ≈ reference rtol = 1e-9
     end
 
+    @testset "solve takes the heads and sources of each call" begin
+        H, W = 7, 6
+        mins, maxs, ns, dz = [0.0, 0.0], [2.0, 3.0], [W, H], 0.3
+        dirichlet = falses(H, W); dirichlet[1, :] .= true; dirichlet[4, 6] = true
+        values, other_values = 1.0 .+ rand(H, W), rand(H, W)
+        sources, other_sources = zeros(H, W), randn(H, W)
+        logK = randn(H * W)
+        problem = Problem(mins, maxs, ns, dz, nodes(dirichlet), nodes(values), nodes(sources))
+        @test solve(logK, nodes(values), nodes(sources), problem) ≈ pressure(logK, problem) rtol = 1e-12
+        # The adjoint of flowlearn's rules: zero heads, arbitrary sources.
+        reference = reference_heads(logK, mins, maxs, ns, dz, nodes(dirichlet), nodes(other_values),
+                                    nodes(other_sources))
+        @test solve(logK, nodes(other_values), nodes(other_sources), problem) ≈ reference rtol = 1e-9
+        @test_throws DimensionMismatch solve(logK, zeros(3), nodes(sources), problem)
+    end
+
     @testset "gradient matches central differences" begin
         H, W = 6, 8
         problem, _, _ = fracture(H, W)

@@ -1,6 +1,6 @@
 """Figures of a trained correction: aperture, learned W, pressures, pixel-wise errors, training curves, gallery.
 
-Every ``plot_*`` function takes the fields of a run (:class:`~flowlearn.runs.FractureFields`, as read from
+Every ``plot_*`` function takes the fields of a run (:class:`~flowlearn.training.predictions.FractureFields`, as read from
 ``predictions.h5``, or the columns of ``metrics.csv``) and returns a :class:`matplotlib.figure.Figure`. Figures are
 built without pyplot, so nothing depends on a GUI backend or on global figure state and they render in any thread,
 in a training callback as well as in a notebook.
@@ -28,7 +28,9 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.ticker import MaxNLocator
 
-from flowlearn.runs import FractureFields, metric_series
+from flowlearn.reporting.runs import metric_series
+from flowlearn.training.metrics import LOSS, MSE, REL_ERR_MEAN, STAGES, column, relative_error
+from flowlearn.training.predictions import FractureFields
 
 # Grey for pixels that carry no flow: readable next to every colour map used here.
 INACTIVE_COLOUR = "0.6"
@@ -45,10 +47,11 @@ HELD_OUT = ("val", "test")
 SHOWCASE_SPLITS = ("test", "val", "train", "predict")
 
 
-def relative_error(
+def error_map(
     predicted: np.ndarray, reference: np.ndarray, mask: np.ndarray
 ) -> tuple[np.ndarray, float, float]:
-    """Pixel-wise relative error 100·|p̂ − p|/|p| in %, NaN outside ``mask``, with its mean and max over ``mask``.
+    """The pixel-wise relative error in % (:func:`~flowlearn.training.metrics.relative_error`), NaN outside
+    ``mask``, with its mean and max over ``mask``.
 
     Args:
         predicted, reference: float pressure arrays of one shape.
@@ -60,7 +63,7 @@ def relative_error(
     if not mask.any():
         raise ValueError("no pixel to compare: the mask is empty")
     error = np.full(mask.shape, np.nan)
-    error[mask] = 100 * np.abs(predicted[mask] - reference[mask]) / np.abs(reference[mask])
+    error[mask] = relative_error(predicted[mask], reference[mask])
     return error, float(error[mask].mean()), float(error[mask].max())
 
 
@@ -236,8 +239,8 @@ def plot_error(fields: FractureFields) -> Figure:
     """
     fig, axes = _row(2, fields)
     mask = fields.solved
-    cubic, cubic_mean, cubic_max = relative_error(fields.pressure_cubic, fields.pressure_reference, mask)
-    learned, learned_mean, learned_max = relative_error(fields.pressure, fields.pressure_reference, mask)
+    cubic, cubic_mean, cubic_max = error_map(fields.pressure_cubic, fields.pressure_reference, mask)
+    learned, learned_mean, learned_max = error_map(fields.pressure, fields.pressure_reference, mask)
     norm = Normalize(0, max(cubic_max, learned_max, 1e-12))
     panels = (
         (cubic, error_title(CUBIC_LAW, cubic_mean, cubic_max)),
@@ -252,7 +255,7 @@ def plot_error(fields: FractureFields) -> Figure:
 
 
 def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
-    """Training curves from the columns of ``metrics.csv`` (see :func:`flowlearn.runs.read_metrics`).
+    """Training curves from the columns of ``metrics.csv`` (see :func:`flowlearn.reporting.runs.read_metrics`).
 
     Left: the loss (MSE) of training and validation, with the cubic law's validation MSE dashed. Right: the mean
     relative pressure error (%) of each logged stage, with the cubic law's dashed in the same colour. Test
@@ -260,7 +263,7 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
     """
     fig = Figure(figsize=(10.5, 3.8), layout="compressed")
     loss_ax, error_ax = fig.subplots(1, 2)
-    colours = {"train": "C0", "val": "C1", "test": "C2"}
+    colours = dict(zip(STAGES, ("C0", "C1", "C2")))
 
     def draw(ax: Axes, name: str, label: str, **style) -> None:
         if name in columns and np.isfinite(columns[name]).any():
@@ -271,15 +274,17 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
                 style = {**style, "marker": "o", "markerfacecolor": "none" if dashed else style["color"]}
             ax.plot(epochs, values, label=label, **style)
 
-    draw(loss_ax, "train/loss", "train loss", color=colours["train"])
-    for stage in ("val", "test"):
-        draw(loss_ax, f"{stage}/mse", f"{stage} MSE", color=colours[stage])
-        draw(loss_ax, f"{stage}/cubic_mse", f"{stage} MSE, cubic law", color=colours[stage], linestyle="--")
-    for stage in ("train", "val", "test"):
-        draw(error_ax, f"{stage}/rel_err_mean", f"{stage}, learned", color=colours[stage])
+    draw(loss_ax, LOSS, "train loss", color=colours["train"])
+    for stage in HELD_OUT:
+        draw(loss_ax, column(stage, MSE), f"{stage} MSE", color=colours[stage])
+        draw(
+            loss_ax, column(stage, MSE, True), f"{stage} MSE, cubic law", color=colours[stage], linestyle="--"
+        )
+    for stage in STAGES:
+        draw(error_ax, column(stage, REL_ERR_MEAN), f"{stage}, learned", color=colours[stage])
         draw(
             error_ax,
-            f"{stage}/cubic_rel_err_mean",
+            column(stage, REL_ERR_MEAN, True),
             f"{stage}, cubic law",
             color=colours[stage],
             linestyle="--",
@@ -312,8 +317,7 @@ def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
     apertures, aperture_norm, aperture_label, aperture_extend = _aperture_maps(rows)
     corrections, correction_cmap, correction_norm, correction_label = _correction_maps(rows)
     errors = [
-        [relative_error(p, f.pressure_reference, f.solved) for p in (f.pressure_cubic, f.pressure)]
-        for f in rows
+        [error_map(p, f.pressure_reference, f.solved) for p in (f.pressure_cubic, f.pressure)] for f in rows
     ]
     error_norm = Normalize(0, max(max(e[0][2], e[1][2]) for e in errors))
     for r, f in enumerate(rows):
@@ -331,14 +335,14 @@ def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
             error_title(f"learned {f.correction_name}", learned_mean, learned_max), fontsize="small"
         )
     # One colourbar under each shared-scale column group, drawn from the images of the last row.
-    for column, image, label, extend in (
+    for group, image, label, extend in (
         (axes[:, 0], drawn[0], aperture_label, aperture_extend),
         (axes[:, 1], drawn[1], correction_label, "neither"),
         (axes[:, 2:], drawn[2], "relative error |p̂ − p|/p (%)", "neither"),
     ):
         # Plain numbers: an offset label ("1e-5") would collide with the axis label.
         fig.colorbar(
-            image, ax=column.ravel().tolist(), location="bottom", label=label, format="%.3g", extend=extend
+            image, ax=group.ravel().tolist(), location="bottom", label=label, format="%.3g", extend=extend
         )
     # Axis labels once per row and column: the panels all share the same units.
     for ax in axes[:, 1:].flat:

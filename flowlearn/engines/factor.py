@@ -1,14 +1,18 @@
-"""Solving long sequences of SPD systems that share a pattern and change a little each time.
+"""CPU engines that factorise: the shared reuse across long sequences of solves, and the :class:`Factor` protocol.
+
+A factorisation backend (CHOLMOD, SuperLU, AMG) only says how to analyse a sparsity pattern and how to factor one
+matrix into a :class:`Factor` whose ``apply`` approximates ``A^{-1}``: exactly for the direct backends, as one
+multigrid V-cycle for AMG. :class:`FactorEngine` does the rest, the same for all of them.
 
 A training loop asks for a forward and an adjoint solve per step, with conductivities that move slightly between
-steps. :class:`SparseSolver` keeps, per pattern and per batch slot, the last factor and the last solution of each
-role ("state", "adjoint", ...), and chooses per solve:
+steps. The engine keeps, per problem and per batch slot, the last factor and the last solution of each role, and
+chooses per solve:
 
 * the matrix is the one the slot's exact factor was built from -> a direct solve (the adjoint after a forward);
 * the matrix is close to it -> CG preconditioned by the old factor, warm-started from the last solution of that
   role, to the same tight tolerance. A factor of a nearby matrix is an excellent preconditioner, and it costs a
   few triangular solves instead of a new factorisation;
-* otherwise -> a new numeric factorisation (the symbolic analysis is kept per pattern).
+* otherwise -> a new numeric factorisation (the symbolic analysis is kept per problem).
 
 An old factor grows a worse preconditioner as the conductivities drift away from it, so CG needs more iterations
 step by step. The slot refactors once a CG solve costs more than the average solve of the current factor's life,
@@ -21,20 +25,34 @@ Results are exact to ``rtol`` whichever way is taken, and an iterative solve tha
 
 from __future__ import annotations
 
-import threading
 import time
-import weakref
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 from threadpoolctl import ThreadpoolController
 
+from flowlearn.engines.base import Engine
+from flowlearn.engines.pcg import pcg
 from flowlearn.errors import ConvergenceError
-from flowlearn.linalg.backends import Backend, Factor, make_backend
-from flowlearn.linalg.pcg import pcg
+
+if TYPE_CHECKING:
+    from flowlearn.darcy.assembly import SystemLayout
+    from flowlearn.darcy.problem import DarcyProblem
+
+
+class Factor(ABC):
+    """An (approximate) inverse of one matrix. ``exact`` is True when ``apply`` solves with it to round-off."""
+
+    exact: bool
+
+    @abstractmethod
+    def apply(self, rhs: np.ndarray) -> np.ndarray:
+        """Return ``A^{-1} rhs`` (or its approximation) for rhs float64 (n,)."""
 
 
 @dataclass
@@ -52,100 +70,102 @@ class _Slot:
 
 
 @dataclass
-class _PatternState:
-    symbolic: Any
+class FactorState:
+    """What a :class:`FactorEngine` keeps per problem: the layout, its symbolic analysis, the batch slots."""
+
+    layout: SystemLayout
+    symbolic: Any = None
+    analysed: bool = False
     slots: dict[int, _Slot] = field(default_factory=dict)
     factor_seconds: float = 0.0  # running estimate of one numeric factorisation
     apply_seconds: float = 0.0  # running estimate of one PCG iteration
 
 
-@dataclass
-class SolveStats:
-    """Counters since construction (or :meth:`SparseSolver.reset_stats`), for benchmarks and tests."""
+class FactorEngine(Engine):
+    """A CPU engine built on a factorisation backend: numpy assembly per batch item, factors reused across calls.
 
-    factorizations: int = 0
-    direct_solves: int = 0
-    pcg_solves: int = 0
-    pcg_iterations: int = 0
-
-
-class SparseSolver:
-    """Solves ``A x = b`` for SPD ``A`` through a factorisation backend, reusing work across calls.
+    Subclasses implement :meth:`factorize` (and :meth:`analyze` when the method has a symbolic phase) and set
+    ``exact``: whether a factor solves exactly (a direct method) or only preconditions CG (multigrid).
 
     Args:
-        backend: ``"auto"`` (CHOLMOD if installed, else SuperLU), ``"cholmod"``, ``"superlu"``, ``"amg"``, or a
-            :class:`~flowlearn.linalg.backends.Backend` instance.
         rtol: Relative energy-norm error at which CG stops (direct solves are exact to round-off).
         reuse: Reuse old factors as preconditioners and old solutions as warm starts. With False every matrix
             is factored afresh (the adjoint solve still reuses the forward factor).
         max_change: Largest relative change of any matrix entry for which an old factor is tried as a
             preconditioner.
-        max_iter: Iteration limit of CG with a fresh AMG hierarchy.
+        max_iter: Iteration limit of CG with a fresh inexact factor (AMG).
         reuse_budget: CG iterations allowed with an old direct factor before refactoring instead. None adapts it
             to the measured cost ratio of a factorisation and an iteration, so small grids simply refactor.
     """
 
+    exact: ClassVar[bool]
+
     def __init__(
         self,
-        backend: str | Backend = "auto",
         rtol: float = 1e-11,
         reuse: bool = True,
         max_change: float = 0.5,
         max_iter: int = 1000,
         reuse_budget: int | None = None,
     ) -> None:
+        super().__init__()
         if not 0 < rtol < 1:
             raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
-        self.backend = make_backend(backend) if isinstance(backend, str) else backend
         self.rtol = rtol
         self.reuse = reuse
         self.max_change = max_change
         self.max_iter = max_iter
         self.reuse_budget = reuse_budget
-        self.stats = SolveStats()
-        self._states: weakref.WeakKeyDictionary[Any, _PatternState] = weakref.WeakKeyDictionary()
-        # CHOLMOD and the caches are not thread-safe; one solve at a time per solver.
-        self._lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self.backend.name
 
     def __repr__(self) -> str:
-        return f"SparseSolver(backend={self.name!r}, rtol={self.rtol}, reuse={self.reuse})"
+        return f"{type(self).__name__}(rtol={self.rtol}, reuse={self.reuse})"
 
-    def reset_stats(self) -> None:
-        self.stats = SolveStats()
+    def analyze(self, matrix: sp.csc_matrix) -> Any:
+        """Symbolic analysis reused for every matrix with this pattern (None when the method has none)."""
+        return None
 
-    def solve(self, pattern: Any, slot: int, role: str, matrix: sp.csc_matrix, rhs: np.ndarray) -> np.ndarray:
-        """Solve ``matrix @ x = rhs``.
+    @abstractmethod
+    def factorize(self, matrix: sp.csc_matrix, symbolic: Any) -> Factor:
+        """Factor ``matrix`` (SPD, CSC, float64), reusing ``symbolic`` from :meth:`analyze`."""
 
-        Args:
-            pattern: Weak-referenceable key of the sparsity pattern (the problem's layout); caches live with it.
-            slot: Batch position; each slot keeps its own factor, so a batch of different fields reuses per item.
-            role: Name of the sequence this rhs belongs to ("state", "adjoint", ...), for warm starts.
-            matrix: SPD float64 CSC (n, n) with the pattern's structure.
-            rhs: float64 (n,).
+    # -- the engine protocol ---------------------------------------------------------------------------------
 
-        Returns:
-            float64 (n,).
-        """
-        with self._lock:
-            state = self._states.get(pattern)
-            if state is None:
-                state = self._states[pattern] = _PatternState(self.backend.analyze(matrix))
-            entry = state.slots.setdefault(slot, _Slot())
-            start = time.perf_counter()
-            solution = self._solve_slot(state, entry, role, matrix, rhs)
-            entry.life_seconds += time.perf_counter() - start
-            entry.life_solves += 1
-            if self.reuse:
-                entry.last_solution[role] = solution
-            return solution
+    def prepare(self, problem: DarcyProblem) -> FactorState:
+        return FactorState(problem.layout)
+
+    def solve(
+        self, state: FactorState, log_k: torch.Tensor, heads: torch.Tensor, sources: torch.Tensor, role: str
+    ) -> torch.Tensor:
+        layout = state.layout
+        log_k_nodes, head_nodes, source_nodes = (x.numpy() for x in (log_k, heads, sources))
+        pressure = np.where(layout.active_mask, head_nodes, np.nan)
+        for slot in range(log_k_nodes.shape[0]):
+            transmissibility, matrix = layout.system(slot, log_k_nodes[slot])
+            rhs = layout.rhs(transmissibility, head_nodes[slot], source_nodes[slot])
+            pressure[slot, layout.free_nodes] = self.solve_system(state, slot, role, matrix, rhs)
+        return torch.from_numpy(pressure)
+
+    # -- one system ------------------------------------------------------------------------------------------
+
+    def solve_system(
+        self, state: FactorState, slot: int, role: str, matrix: sp.csc_matrix, rhs: np.ndarray
+    ) -> np.ndarray:
+        """Solve ``matrix @ x = rhs`` for batch slot ``slot``: SPD float64 CSC (n, n) with the pattern of
+        ``state.layout``, rhs float64 (n,); returns float64 (n,)."""
+        if not state.analysed:
+            state.symbolic, state.analysed = self.analyze(matrix), True
+        entry = state.slots.setdefault(slot, _Slot())
+        start = time.perf_counter()
+        solution = self._solve_slot(state, entry, role, matrix, rhs)
+        entry.life_seconds += time.perf_counter() - start
+        entry.life_solves += 1
+        if self.reuse:
+            entry.last_solution[role] = solution
+        return solution
 
     def _solve_slot(
-        self, state: _PatternState, entry: _Slot, role: str, matrix: sp.csc_matrix, rhs: np.ndarray
-    ):
+        self, state: FactorState, entry: _Slot, role: str, matrix: sp.csc_matrix, rhs: np.ndarray
+    ) -> np.ndarray:
         if entry.factor is not None and entry.factor.exact and _equal(entry.factored_data, matrix.data):
             return self._direct(entry, matrix, rhs)
         budget = self._budget(state, entry)
@@ -165,7 +185,7 @@ class SparseSolver:
             )
         return result
 
-    def _budget(self, state: _PatternState, entry: _Slot) -> int:
+    def _budget(self, state: FactorState, entry: _Slot) -> int:
         """CG iterations worth spending with the slot's old factor (0: refactor right away)."""
         if not self.reuse or entry.factor is None:
             return 0
@@ -198,9 +218,9 @@ class SparseSolver:
             solution = entry.factor.apply(rhs)
             return solution + entry.factor.apply(rhs - matrix @ solution)
 
-    def _factorize(self, state: _PatternState, entry: _Slot, matrix: sp.csc_matrix) -> None:
+    def _factorize(self, state: FactorState, entry: _Slot, matrix: sp.csc_matrix) -> None:
         start = time.perf_counter()
-        entry.factor = self.backend.factorize(matrix, state.symbolic)
+        entry.factor = self.factorize(matrix, state.symbolic)
         state.factor_seconds = _running(state.factor_seconds, time.perf_counter() - start)
         entry.factored_data = matrix.data.copy()
         entry.closeness = None

@@ -4,8 +4,8 @@ Files go to ``<run dir>/figures/``:
 
 - ``epoch_000/`` before the first step (the starting correction), then ``epoch_<n>/`` after epoch n when a periodic
   render is due: the learned correction, pressures and pixel-wise errors of one fracture (the first test
-  fracture, else validation, else training; see :func:`flowlearn.viz.showcase`);
-- at the end of fitting, the full set (:func:`flowlearn.viz.figure_set`) in ``figures/`` itself: aperture,
+  fracture, else validation, else training; see :func:`flowlearn.reporting.figures.showcase`);
+- at the end of fitting, the full set (:func:`flowlearn.reporting.figures.figure_set`) in ``figures/`` itself: aperture,
   correction, pressure, error, the curves of ``metrics.csv`` (CSV logger) and the held-out gallery.
 
 With a TensorBoard logger every figure is also logged as an image, under ``figures/<name>``.
@@ -26,11 +26,7 @@ import lightning as L
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from matplotlib.figure import Figure
 
-from flowlearn.data.datamodule import FractureDataset
-from flowlearn.module import FractureFlowModule
-from flowlearn.predict import group_name, predicted_fields, voxel_size
-from flowlearn.runs import FractureFields, read_metrics
-from flowlearn.viz import (
+from flowlearn.reporting.figures import (
     HELD_OUT,
     SHOWCASE_SPLITS,
     figure_set,
@@ -39,6 +35,9 @@ from flowlearn.viz import (
     plot_pressure,
     save_figures,
 )
+from flowlearn.reporting.runs import read_metrics
+from flowlearn.training.module import FractureFlowModule
+from flowlearn.training.predictions import FractureFields, predict_fields
 
 
 class FigureCallback(L.Callback):
@@ -133,7 +132,7 @@ class FigureCallback(L.Callback):
         self, trainer: L.Trainer, pl_module: FractureFlowModule, held_out: int
     ) -> list[FractureFields]:
         """The showcase fracture's fields, then up to ``held_out`` more validation and test fractures."""
-        splits: dict[str, FractureDataset] = trainer.datamodule.splits
+        splits = trainer.datamodule.splits
         wanted: list[tuple[str, int]] = []
         showcase = next((s for s in SHOWCASE_SPLITS if s in splits and len(splits[s])), None)
         if showcase is not None:
@@ -144,23 +143,9 @@ class FigureCallback(L.Callback):
         was_training = pl_module.training
         pl_module.eval()
         try:
-            return [self._predict(pl_module, splits[split], index, split) for split, index in wanted]
+            return [predict_fields(pl_module, splits[split], index, split) for split, index in wanted]
         finally:
             pl_module.train(was_training)
-
-    @staticmethod
-    def _predict(
-        module: FractureFlowModule, dataset: FractureDataset, index: int, split: str
-    ) -> FractureFields:
-        item = dataset[index]
-        return FractureFields(
-            name=group_name(item["name"]),
-            split=split,
-            law=module.law.name,
-            correction_name=module.law.correction_name,
-            voxel_size=voxel_size(dataset.refs[index]),
-            **predicted_fields(module, item),
-        )
 
     def _write(self, trainer: L.Trainer, figures: dict[str, Figure], directory: Path) -> None:
         save_figures(figures, directory, dpi=self.dpi)

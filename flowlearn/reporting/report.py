@@ -1,6 +1,6 @@
 """``flowlearn report``: the figures and a markdown summary of one finished run, or a table of a sweep's runs.
 
-A run directory is what ``python train.py`` writes (see :mod:`flowlearn.train`). A sweep directory is what
+A run directory is what ``python train.py`` writes (see :mod:`flowlearn.training.train`). A sweep directory is what
 ``python train.py -m`` writes: one run directory per subdirectory. For one run the report is
 ``<output>/report.md`` plus ``<output>/figures/*.png``; for a sweep, ``<output>/report.md`` holds one table row per
 run, and each complete run gets its own report in its subdirectory (of ``<output>``).
@@ -15,59 +15,37 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from flowlearn.runs import metric_series, read_metrics, read_predictions
-from flowlearn.viz import figure_set, save_figures
+from flowlearn.errors import RunDirectoryError
+from flowlearn.reporting.figures import figure_set, save_figures
+from flowlearn.reporting.runs import metric_series, missing_outputs, read_metrics, sweep_runs
+from flowlearn.training.metrics import (
+    BASELINE,
+    IMPROVEMENT,
+    IMPROVEMENT_NOTE,
+    LOSS,
+    METRICS,
+    MSE,
+    REL_ERR_MEAN,
+    STAGES,
+    column,
+)
+from flowlearn.training.predictions import read_predictions
 
-STAGES = ("train", "val", "test")
-# (column suffix, table header) of the per-stage metrics table.
+# (column suffix, table header) of the per-stage metrics table: the model's metrics, the cubic law's, improvement.
 METRIC_COLUMNS = (
-    ("mse", "MSE"),
-    ("rel_err_mean", "mean error (%)"),
-    ("rel_err_max", "max error (%)"),
-    ("cubic_mse", "cubic-law MSE"),
-    ("cubic_rel_err_mean", "cubic-law mean error (%)"),
-    ("cubic_rel_err_max", "cubic-law max error (%)"),
-    ("improvement", "improvement (%)"),
+    *((m.name, m.header) for m in METRICS),
+    *((f"{BASELINE}{m.name}", f"cubic-law {m.header}") for m in METRICS),
+    (IMPROVEMENT, "improvement (%)"),
 )
 # (column, table header) of the sweep table.
 SWEEP_COLUMNS = (
-    ("val/mse", "val MSE"),
-    ("val/rel_err_mean", "val mean error (%)"),
-    ("val/improvement", "val improvement (%)"),
-    ("test/rel_err_mean", "test mean error (%)"),
-    ("test/cubic_rel_err_mean", "test cubic-law mean error (%)"),
-    ("test/improvement", "test improvement (%)"),
+    (column("val", MSE), "val MSE"),
+    (column("val", REL_ERR_MEAN), "val mean error (%)"),
+    (column("val", IMPROVEMENT), "val improvement (%)"),
+    (column("test", REL_ERR_MEAN), "test mean error (%)"),
+    (column("test", REL_ERR_MEAN, baseline=True), "test cubic-law mean error (%)"),
+    (column("test", IMPROVEMENT), "test improvement (%)"),
 )
-IMPROVEMENT_NOTE = (
-    "Errors are |p̂ − p|/p over the active pixels of each fracture, averaged over fractures; "
-    "improvement = 100·(1 − mean error / cubic-law mean error), the cubic law being W = 1."
-)
-
-
-class RunDirectoryError(FileNotFoundError):
-    """A directory that is not a finished run (or sweep of runs); the message says what is missing."""
-
-
-def missing_outputs(run_dir: Path) -> list[str]:
-    """What a finished run directory lacks, in words (empty when it is complete)."""
-    needs = (
-        (any((run_dir / "checkpoints").glob("*.ckpt")), "a checkpoint (checkpoints/*.ckpt)"),
-        ((run_dir / "metrics.csv").is_file(), "metrics (metrics.csv; the run needs logger=csv)"),
-        ((run_dir / ".hydra" / "config.yaml").is_file(), "the run's config (.hydra/config.yaml)"),
-        ((run_dir / "predictions.h5").is_file(), "predictions (predictions.h5, written when training ends)"),
-    )
-    return [what for present, what in needs if not present]
-
-
-def looks_like_run(path: Path) -> bool:
-    """Whether ``path`` holds any run output of its own (a sweep directory does not)."""
-    return any((path / name).exists() for name in (".hydra", "checkpoints", "metrics.csv"))
-
-
-def sweep_runs(sweep_dir: Path) -> list[Path]:
-    """The run subdirectories of a sweep, in numeric order of their names where they are numbers (Hydra's)."""
-    runs = [p for p in sweep_dir.iterdir() if p.is_dir() and looks_like_run(p)]
-    return sorted(runs, key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name))
 
 
 def final_metrics(columns: Mapping[str, np.ndarray]) -> dict[str, float]:
@@ -87,18 +65,18 @@ def metrics_table(final: Mapping[str, float]) -> str:
         "|---" * (len(METRIC_COLUMNS) + 1) + "|",
     ]
     for stage in STAGES:
-        if f"{stage}/mse" in final:
-            values = (final.get(f"{stage}/{suffix}") for suffix, _ in METRIC_COLUMNS)
+        if column(stage, MSE) in final:
+            values = (final.get(f"{stage}/{name}") for name, _ in METRIC_COLUMNS)
             lines.append(f"| {stage} | " + " | ".join(_number(v) for v in values) + " |")
     return "\n".join(lines)
 
 
 def _epochs(columns: Mapping[str, np.ndarray]) -> int:
-    """Epochs a run trained: the last epoch that logged ``train/loss``, plus one (test rows log the epoch after
+    """Epochs a run trained: the last epoch that logged the training loss, plus one (test rows log the epoch after
     the last)."""
-    if "train/loss" not in columns:
+    if LOSS not in columns:
         return 0
-    epochs, _ = metric_series(columns, "train/loss")
+    epochs, _ = metric_series(columns, LOSS)
     return int(epochs.max()) + 1 if epochs.size else 0
 
 

@@ -12,9 +12,7 @@ from pathlib import Path
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message names the option."""
+from flowlearn.errors import ConfigError
 
 
 def _check(ok: bool, message: str) -> None:

@@ -5,7 +5,7 @@ Outputs, in the run directory (Hydra's output directory):
 - ``checkpoints/last.ckpt`` and ``checkpoints/best-*.ckpt``;
 - ``metrics.csv`` (or TensorBoard event files with ``logger=tensorboard``);
 - ``predictions.h5``: per fracture, the aperture, the learned correction, log k, the predicted and cubic-law
-  pressure and the reference pressure (see :func:`flowlearn.predict.write_predictions`);
+  pressure and the reference pressure (see :mod:`flowlearn.training.predictions`);
 - ``.hydra/config.yaml``: the resolved config, from which ``flowlearn predict`` rebuilds the model.
 """
 
@@ -21,24 +21,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from flowlearn.config import ConfigError, validate_config
-from flowlearn.data.schema import DataValidationError
-from flowlearn.errors import ConvergenceError, ProblemError, SolveInputError
-from flowlearn.module import FractureFlowModule
-from flowlearn.predict import build_correction, write_predictions
+from flowlearn.errors import USER_ERRORS, ConfigError
+from flowlearn.training.build import build_correction
+from flowlearn.training.config import validate_config
+from flowlearn.training.module import FractureFlowModule
+from flowlearn.training.predictions import write_predictions
 
 log = logging.getLogger(__name__)
-
-# Failures that are about the user's input or environment: reported as one line, not a stack trace.
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    ConfigError,
-    DataValidationError,
-    ProblemError,
-    SolveInputError,
-    ConvergenceError,
-    FileNotFoundError,
-    FloatingPointError,
-)
 
 
 def run(cfg: DictConfig) -> float | None:
@@ -56,11 +45,8 @@ def run(cfg: DictConfig) -> float | None:
 
 def _user_error(error: BaseException | None) -> BaseException | None:
     """The user-facing error behind ``error`` (Hydra wraps constructor failures), or None."""
-    from flowlearn.bridge.dpfehm import JuliaUnavailableError
-    from flowlearn.linalg.gpu import GPUUnavailableError
-
     while error is not None:
-        if isinstance(error, (*USER_ERRORS, JuliaUnavailableError, GPUUnavailableError)):
+        if isinstance(error, USER_ERRORS):
             return error
         error = error.__cause__
     return None
@@ -104,6 +90,6 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
-        write_predictions(module, datamodule, run_dir / "predictions.h5")
+        write_predictions(module, datamodule.splits.items(), run_dir / "predictions.h5")
         log.info("outputs written to %s", run_dir)
     return metrics

@@ -1,7 +1,7 @@
 """Batched sparse SPD solves in torch on a CUDA device: cuDSS factorisations and a batched PCG.
 
 A batch of B systems shares one sparsity pattern (B fractures of the same size) and differs in its values.
-:class:`GPUSolver` solves them in one call, by one of two methods:
+:class:`GPUEngine` solves them in one call, by one of two methods:
 
 * ``direct`` -- a sparse Cholesky factorisation by cuDSS (NVIDIA's sparse direct solver, through nvmath-python).
   The reordering and symbolic analysis run once per pattern and batch size; a new set of values is only
@@ -11,41 +11,40 @@ A batch of B systems shares one sparsity pattern (B fractures of the same size) 
 * ``pcg`` -- conjugate gradients preconditioned by the diagonal (Jacobi), batched over B, with matrix-vector
   products in plain torch ops. Memory grows linearly with the grid, so it is the path for grids whose factor does
   not fit; each role's last solution warm-starts the next solve. It stops on the same energy-norm criterion as
-  the CPU PCG (:func:`flowlearn.linalg.pcg.pcg`) and raises :class:`~flowlearn.errors.ConvergenceError` when it
+  the CPU engines (:mod:`flowlearn.engines.pcg`) and raises :class:`~flowlearn.errors.ConvergenceError` when it
   misses the tolerance.
 
 ``auto`` factorises whenever cuDSS's own memory estimate fits in the free device memory, and otherwise iterates.
 
 nvmath's DirectSolver hands cuDSS the batch as B CSR matrices (the pattern arrays repeated per item) and does not
 expose cuDSS's uniform-batch mode, which would analyse the shared pattern once instead of B times. The analysis
-runs only when a solver first meets a problem and batch size, so training steps pay for numeric factorisations and
+runs only when an engine first meets a problem and batch size, so training steps pay for numeric factorisations and
 solves alone.
 
-Nothing here imports a GPU library at module import: nvmath is imported when a :class:`GPUSolver` is built, so the
+Nothing here imports a GPU library at module import: nvmath is imported when a :class:`GPUEngine` is built, so the
 CPU path works without any GPU package installed.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import warnings
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from flowlearn.errors import ConvergenceError
-from flowlearn.linalg.reuse import SolveStats
+from flowlearn.engines.base import Engine
+from flowlearn.engines.pcg import batched_pcg
+from flowlearn.errors import ConvergenceError, GPUUnavailableError
+
+if TYPE_CHECKING:
+    from flowlearn.darcy.assembly import SystemLayout
+    from flowlearn.darcy.problem import DarcyProblem
 
 METHODS = ("auto", "direct", "pcg")
-
-
-class GPUUnavailableError(RuntimeError):
-    """``solver=gpu`` cannot run here (no CUDA device, or no cuDSS); the message says what to install."""
 
 
 class EllPattern:
@@ -87,80 +86,6 @@ class EllPattern:
     def diagonal(self, values: torch.Tensor) -> torch.Tensor:
         """The diagonals (B, n) of a batch of values (B, nnz)."""
         return values[:, self.diagonal_positions]
-
-
-@dataclass
-class BatchedPCGResult:
-    solution: torch.Tensor  # (B, n)
-    iterations: int  # iterations of the slowest item
-    converged: torch.Tensor  # bool (B,)
-    error_estimate: torch.Tensor  # (B,) estimated relative energy-norm error
-
-
-def batched_pcg(
-    matvec: Callable[[torch.Tensor], torch.Tensor],
-    precondition: Callable[[torch.Tensor], torch.Tensor],
-    rhs: torch.Tensor,
-    x0: torch.Tensor | None,
-    rtol: float,
-    max_iter: int,
-) -> BatchedPCGResult:
-    """Solve B independent SPD systems ``A_i x_i = b_i`` by preconditioned CG, in lockstep.
-
-    The stopping rule is :func:`flowlearn.linalg.pcg.pcg`'s, per item: sqrt(r.M^{-1}r) <= rtol * sqrt(b.x), the
-    relative energy-norm error for M close to A, confirmed on the true residual (an item whose recursive residual
-    has drifted restarts from the true one instead of stopping). Items that have converged stop moving.
-
-    Args:
-        matvec: (B, n) -> (B, n), applies every A_i to its own vector.
-        precondition: (B, n) -> (B, n), applies an approximation of every A_i^{-1}.
-        rhs: float64 (B, n).
-        x0: Starting guess (B, n), or None for zero.
-        rtol: Relative energy-norm tolerance.
-        max_iter: Iteration limit; items that miss it come back with ``converged`` False.
-    """
-    x = torch.zeros_like(rhs) if x0 is None else x0.clone()
-    r = rhs - matvec(x)
-    z = precondition(r)
-    rz = (r * z).sum(dim=1)
-    p = z.clone()
-    # A zero right-hand side has the exact solution zero, whatever the starting guess.
-    done = ~rhs.any(dim=1)
-    x[done] = 0.0
-    for iteration in range(max_iter + 1):
-        scale = (rhs * x).sum(dim=1).abs()
-        estimate = torch.where(
-            scale > 0, (rz.abs() / scale.clamp_min(torch.finfo(rhs.dtype).tiny)).sqrt(), torch.inf
-        )
-        candidates = (estimate <= rtol) & ~done
-        restart = torch.zeros_like(done)
-        if bool(candidates.any()):
-            true_residual = rhs - matvec(x)
-            tracks = (true_residual - r).norm(dim=1) <= 0.5 * r.norm(dim=1)
-            done |= candidates & tracks
-            restart = candidates & ~tracks
-            if bool(restart.any()):
-                # Restarted items re-test the stopping rule on the true residual before moving again.
-                r = torch.where(restart[:, None], true_residual, r)
-                z = precondition(r)
-                rz = torch.where(restart, (r * z).sum(dim=1), rz)
-                p = torch.where(restart[:, None], z, p)
-        if bool(done.all()):
-            return BatchedPCGResult(x, iteration, done, torch.where(done, 0.0, estimate))
-        if iteration == max_iter:
-            break
-        moving = ~done & ~restart
-        q = matvec(p)
-        pq = (p * q).sum(dim=1)
-        alpha = torch.where(moving, rz / torch.where(moving, pq, 1.0), 0.0)
-        x = x + alpha[:, None] * p
-        r = r - alpha[:, None] * q
-        z = precondition(r)
-        rz_next = (r * z).sum(dim=1)
-        beta = torch.where(moving, rz_next / torch.where(moving, rz, 1.0), 0.0)
-        p = z + beta[:, None] * p
-        rz = rz_next
-    return BatchedPCGResult(x, max_iter, done, estimate)
 
 
 class _CudssFactor:
@@ -240,24 +165,31 @@ class _CudssFactor:
 
 
 @dataclass
-class _PatternState:
+class GPUState:
+    """What a :class:`GPUEngine` keeps per problem."""
+
+    layout: SystemLayout
     ell: EllPattern
     method: str  # "direct" or "pcg"
     factors: dict[int, _CudssFactor] = field(default_factory=dict)  # by batch size
     last_solution: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)  # by (role, batch size)
+    # The last assembled batch (log K, T, matrix values): the adjoint solve that follows a forward solve asks for
+    # the same matrices again, and handing cuDSS the very same values lets it reuse its factor.
+    last_system: tuple[torch.Tensor, ...] | None = None
 
 
-class GPUSolver:
-    """Batched SPD solves on a CUDA device (``solver="gpu"``), reusing analysis and factors across calls.
+class GPUEngine(Engine):
+    """Batched SPD solves on a CUDA device (``solver=gpu``), reusing analysis and factors across calls.
 
-    The constructor checks that the device and libraries are there, so a missing GPU or cuDSS fails at start-up,
-    never in the middle of training.
+    The batch is assembled with torch from the problem's index maps and solved in one call. The constructor checks
+    that the device and libraries are there, so a missing GPU or cuDSS fails at start-up, never in the middle of
+    training.
 
     Args:
         method: ``"auto"`` (cuDSS when its memory estimate fits, else PCG), ``"direct"`` (cuDSS) or ``"pcg"``
             (Jacobi-preconditioned CG; needs no library beyond torch).
         device: The CUDA device. ``"cpu"`` is accepted with ``method="pcg"``: the same torch code then runs on
-            the CPU, which checks this path without a GPU (the sparse CPU backends are much faster there).
+            the CPU, which checks this path without a GPU (the factorising CPU engines are much faster there).
         rtol: Relative energy-norm error at which PCG stops (direct solves are exact to round-off).
         max_iter: PCG iteration limit; missing it raises :class:`~flowlearn.errors.ConvergenceError`.
         reuse: Warm-start PCG from each role's last solution.
@@ -279,15 +211,18 @@ class GPUSolver:
         reuse: bool = True,
         memory_fraction: float = 0.8,
     ) -> None:
+        super().__init__()
         if method not in METHODS:
             raise ValueError(f"unknown GPU solve method {method!r}; choose one of {list(METHODS)}")
         if not 0 < rtol < 1:
             raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
+        self.method, self.rtol, self.max_iter, self.reuse = method, rtol, max_iter, reuse
+        self.memory_fraction = memory_fraction
         device = torch.device(device)
         if device.type == "cpu":
             if method != "pcg":
                 raise ValueError(
-                    f"GPUSolver(method={method!r}) factorises with cuDSS, which runs on CUDA devices only; "
+                    f"GPUEngine(method={method!r}) factorises with cuDSS, which runs on CUDA devices only; "
                     "device='cpu' is for method='pcg'"
                 )
         elif device.type == "cuda":
@@ -295,86 +230,75 @@ class GPUSolver:
                 raise GPUUnavailableError(
                     f"solver=gpu needs a CUDA GPU, but torch {torch.__version__} sees none "
                     "(torch.cuda.is_available() is False). Install the CUDA build of torch on a GPU node, or "
-                    "choose a CPU solver (solver=auto, cholmod, superlu or amg)."
+                    "choose a CPU solver (solver=cpu, cholmod, superlu or amg)."
                 )
             device = torch.device(
                 "cuda", torch.cuda.current_device() if device.index is None else device.index
             )
         else:
-            raise ValueError(f"GPUSolver runs on a CUDA device, got device {device}")
+            raise ValueError(f"GPUEngine runs on a CUDA device, got device {device}")
+        self.device = device
         self._advanced = _load_cudss() if method != "pcg" else None
-        self.method, self.device = method, device
-        self.rtol, self.max_iter, self.reuse = rtol, max_iter, reuse
-        self.memory_fraction = memory_fraction
-        self.stats = SolveStats()
-        self._states: weakref.WeakKeyDictionary[Any, _PatternState] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"GPUSolver(method={self.method!r}, device='{self.device}', rtol={self.rtol})"
-
-    def reset_stats(self) -> None:
-        self.stats = SolveStats()
+        return f"GPUEngine(method={self.method!r}, device='{self.device}', rtol={self.rtol})"
 
     def free(self) -> None:
-        """Release every cuDSS factor now (they are released anyway when their problem or this solver goes away);
+        """Release every cuDSS factor now (they are released anyway when their problem or this engine goes away);
         the next solve analyses and factorises afresh."""
         with self._lock:
-            for state in self._states.values():
+            for state in self._prepared.values():
                 for factor in state.factors.values():
                     factor.free()
                 state.factors.clear()
 
     def factor_bytes(self) -> int:
         """Device memory cuDSS keeps for the factors it holds (its own estimate), bytes."""
-        return sum(f.permanent_bytes for s in self._states.values() for f in s.factors.values())
+        return sum(f.permanent_bytes for s in self._prepared.values() for f in s.factors.values())
+
+    # -- the engine protocol ---------------------------------------------------------------------------------
+
+    def prepare(self, problem: DarcyProblem) -> GPUState:
+        layout = problem.layout
+        method = "pcg" if self.method == "pcg" else "direct"
+        return GPUState(layout, EllPattern(layout.indptr, layout.indices, self.device), method)
 
     def solve(
-        self,
-        pattern: Any,
-        indptr: np.ndarray,
-        indices: np.ndarray,
-        values: torch.Tensor,
-        rhs: torch.Tensor,
-        role: str,
+        self, state: GPUState, log_k: torch.Tensor, heads: torch.Tensor, sources: torch.Tensor, role: str
     ) -> torch.Tensor:
-        """Solve ``A_i x_i = b_i`` for a batch of matrices with one symmetric pattern.
+        layout = state.layout
+        last = state.last_system
+        if last is not None and last[0].shape == log_k.shape and torch.equal(last[0], log_k):
+            transmissibility, values = last[1], last[2]
+        else:
+            transmissibility = layout.torch_transmissibilities(log_k)
+            values = layout.torch_matrix_values(transmissibility)
+            state.last_system = (log_k.clone(), transmissibility, values)
+        rhs = layout.torch_rhs(transmissibility, heads, sources)
+        solution = self._solve_values(state, values, rhs, role)
+        free_nodes = layout.torch_index_maps(log_k.device)[3]
+        active = layout.torch_tensors(log_k.device)[5]
+        pressure = torch.where(active, heads, torch.nan)
+        return pressure.index_copy(1, free_nodes, solution)
 
-        Args:
-            pattern: Weak-referenceable key of the pattern (the problem's layout); caches live with it.
-            indptr: CSR row pointers, int (n + 1,) -- for a symmetric pattern the CSC pointers serve.
-            indices: CSR column indices, int (nnz,).
-            values: float64 (B, nnz) on this solver's device; each row is an SPD matrix.
-            rhs: float64 (B, n), same device.
-            role: Name of the sequence this rhs belongs to ("state", "adjoint", ...), for warm starts.
+    # -- one batch of systems --------------------------------------------------------------------------------
 
-        Returns:
-            float64 (B, n).
+    def _solve_values(
+        self, state: GPUState, values: torch.Tensor, rhs: torch.Tensor, role: str
+    ) -> torch.Tensor:
+        """Solve ``A_i x_i = b_i`` for matrix values (B, nnz) in the layout's CSR pattern and rhs (B, n)."""
+        if state.method == "direct":
+            factor = self._factor(state, values)
+            if factor is not None:
+                return self._direct(state, factor, values, rhs)
+        return self._pcg(state, values, rhs, role)
 
-        Raises:
-            ConvergenceError: PCG missed ``rtol`` within ``max_iter`` iterations.
-        """
-        with self._lock:
-            state = self._states.get(pattern)
-            if state is None:
-                method = "pcg" if self.method == "pcg" else "direct"
-                state = self._states[pattern] = _PatternState(
-                    EllPattern(indptr, indices, self.device), method
-                )
-            if state.method == "direct":
-                factor = self._factor(state, indptr, indices, values)
-                if factor is not None:
-                    return self._direct(state, factor, values, rhs)
-            return self._pcg(state, values, rhs, role)
-
-    def _factor(
-        self, state: _PatternState, indptr: np.ndarray, indices: np.ndarray, values: torch.Tensor
-    ) -> _CudssFactor | None:
+    def _factor(self, state: GPUState, values: torch.Tensor) -> _CudssFactor | None:
         """The cuDSS factorisation for this batch size, analysed once; None when ``auto`` finds it too large."""
         batch = values.shape[0]
         factor = state.factors.get(batch)
         if factor is None:
-            factor = _CudssFactor(self._advanced, indptr, indices, values)
+            factor = _CudssFactor(self._advanced, state.layout.indptr, state.layout.indices, values)
             free_bytes = torch.cuda.mem_get_info(self.device)[0]
             if self.method == "auto" and factor.peak_bytes > self.memory_fraction * free_bytes:
                 factor.free()
@@ -387,7 +311,7 @@ class GPUSolver:
         return factor
 
     def _direct(
-        self, state: _PatternState, factor: _CudssFactor, values: torch.Tensor, rhs: torch.Tensor
+        self, state: GPUState, factor: _CudssFactor, values: torch.Tensor, rhs: torch.Tensor
     ) -> torch.Tensor:
         # One step of iterative refinement takes the error from ~eps*cond(A) to ~eps, as on the CPU.
         self.stats.direct_solves += 1
@@ -395,7 +319,7 @@ class GPUSolver:
         residual = rhs - state.ell.matvec(state.ell.padded(values), solution)
         return solution + factor.solve(residual)
 
-    def _pcg(self, state: _PatternState, values: torch.Tensor, rhs: torch.Tensor, role: str) -> torch.Tensor:
+    def _pcg(self, state: GPUState, values: torch.Tensor, rhs: torch.Tensor, role: str) -> torch.Tensor:
         ell = state.ell
         padded = ell.padded(values)
         inverse_diagonal = 1.0 / ell.diagonal(values)
@@ -427,7 +351,7 @@ def _load_cudss() -> Any:
     """nvmath's sparse direct solver module, after checking that cuDSS loads; raises GPUUnavailableError."""
     install = (
         "Install it with pip install 'flowlearn[gpu]' (nvmath-python[cu12]; use nvmath-python[cu13] with a "
-        "CUDA 13 build of torch), or choose GPUSolver(method='pcg'), which needs torch alone."
+        "CUDA 13 build of torch), or choose GPUEngine(method='pcg'), which needs torch alone."
     )
     try:
         import nvmath.sparse.advanced as advanced

@@ -1,6 +1,6 @@
 """The LightningModule: aperture -> correction model -> permeability law -> pressure solve -> loss.
 
-Batches come from :class:`flowlearn.data.FractureDataModule`: dicts with ``aperture``, ``pressure``, ``active``
+Batches come from :class:`flowlearn.data.datamodule.FractureDataModule`: dicts with ``aperture``, ``pressure``, ``active``
 (B, *shape), ``inlet_pressure``/``outlet_pressure`` (B,) and ``name`` (B strings).
 
 Every fracture gets its own :class:`~flowlearn.darcy.DarcyProblem` (its contact spots differ), kept in a small
@@ -13,15 +13,28 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 import lightning as L
-import numpy as np
 import torch
 from torch import nn
 from torchmetrics import MaxMetric, MeanMetric
 
-from flowlearn.darcy import DarcyProblem, solve_pressure
+from flowlearn.darcy.problem import DarcyProblem
+from flowlearn.darcy.solve import solve_pressure
+from flowlearn.engines import Engine
 from flowlearn.models.laws import PermeabilityLaw, cubic_law_log_k
+from flowlearn.training.metrics import (
+    BASELINE,
+    IMPROVEMENT,
+    LOSS,
+    METRICS,
+    MSE,
+    REL_ERR_MEAN,
+    STAGES,
+    column,
+    improvement,
+    pixel_errors,
+)
 
-STAGES = ("train", "val", "test")
+_REDUCTIONS = {"mean": MeanMetric, "max": MaxMetric}
 
 
 class FractureFlowModule(L.LightningModule):
@@ -30,21 +43,18 @@ class FractureFlowModule(L.LightningModule):
     Args:
         correction: Module mapping (log_aperture, active), both (B, *shape), to the raw correction (B, *shape).
         law: Permeability law turning log-aperture and raw correction into log-conductivity.
-        solver: What ``solve_pressure`` takes as ``solver`` (a backend name or a solver object).
+        solver: What ``solve_pressure`` takes as ``solver`` (an engine name or an engine).
         optimizer: Factory ``optimizer(parameters) -> torch.optim.Optimizer`` (a Hydra ``_partial_``).
-        cache_size: Fractures whose problems (and so solver factors) are kept between visits.
+        cache_size: Fractures whose problems (and so engine factors) are kept between visits.
 
-    Logged per stage (``train``, ``val``, ``test``), over the active pixels of each fracture:
-    ``mse``, ``rel_err_mean`` and ``rel_err_max`` (|p_hat - p|/p in %), the same for the plain cubic law
-    (``cubic_*``), and ``improvement``: 100 * (1 - rel_err_mean / cubic_rel_err_mean). ``train/loss`` is the MSE
-    that is minimised.
+    Logged per stage: the metrics of :mod:`flowlearn.training.metrics`, for the model and for the plain law.
     """
 
     def __init__(
         self,
         correction: nn.Module,
         law: PermeabilityLaw,
-        solver: object = None,
+        solver: str | Engine | None = None,
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
         cache_size: int = 64,
     ) -> None:
@@ -56,22 +66,16 @@ class FractureFlowModule(L.LightningModule):
         self.cache_size = cache_size
         self._problems: OrderedDict[str, DarcyProblem] = OrderedDict()
         self._cubic: OrderedDict[str, torch.Tensor] = OrderedDict()
+        # ModuleDict keys may not shadow Module attributes such as ``train``: hence "<stage>_metrics".
         self.metrics = nn.ModuleDict(
             {
                 f"{stage}_metrics": nn.ModuleDict(
                     {
-                        name: metric.set_dtype(torch.float64)
-                        for name, metric in (
-                            ("mse", MeanMetric()),
-                            ("rel_err_mean", MeanMetric()),
-                            ("rel_err_max", MaxMetric()),
-                            ("cubic_mse", MeanMetric()),
-                            ("cubic_rel_err_mean", MeanMetric()),
-                            ("cubic_rel_err_max", MaxMetric()),
-                        )
+                        f"{prefix}{metric.name}": _REDUCTIONS[metric.reduce]().set_dtype(torch.float64)
+                        for prefix in ("", BASELINE)
+                        for metric in METRICS
                     }
                 )
-                # ModuleDict keys may not shadow Module attributes such as ``train``.
                 for stage in STAGES
             }
         )
@@ -146,38 +150,32 @@ class FractureFlowModule(L.LightningModule):
         mask = torch.stack([torch.from_numpy(p.active) for p in self._problems_of(batch)]).to(
             reference.device
         )
-        mse, rel_mean, rel_max = pixel_errors(predicted, reference, mask)
-        loss = mse.mean()
+        errors = pixel_errors(predicted, reference, mask)
+        loss = errors[MSE].mean()
         if not torch.isfinite(loss):
             raise FloatingPointError(
                 f"non-finite {stage} loss at epoch {self.current_epoch}, fractures {list(batch['name'])}: check "
                 "the aperture and pressure fields of these fractures"
             )
         with torch.no_grad():
-            cubic_mse, cubic_mean, cubic_max = pixel_errors(self.cubic_pressure(batch), reference, mask)
+            baseline = pixel_errors(self.cubic_pressure(batch), reference, mask)
         metrics = self.metrics[f"{stage}_metrics"]
-        batch_size = len(batch["name"])
-        for name, value in (
-            ("mse", mse),
-            ("rel_err_mean", rel_mean),
-            ("rel_err_max", rel_max),
-            ("cubic_mse", cubic_mse),
-            ("cubic_rel_err_mean", cubic_mean),
-            ("cubic_rel_err_max", cubic_max),
-        ):
-            metrics[name].update(value.detach())
+        for name in errors:
+            metrics[name].update(errors[name].detach())
+            metrics[f"{BASELINE}{name}"].update(baseline[name])
         if stage == "train":
-            self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=batch_size)
+            batch_size = len(batch["name"])
+            self.log(LOSS, loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=batch_size)
         return loss
 
     def _log_epoch(self, stage: str) -> None:
         metrics = self.metrics[f"{stage}_metrics"]
-        if metrics["mse"].update_count == 0:
+        if metrics[MSE].update_count == 0:
             return
         values = {name: metric.compute() for name, metric in metrics.items()}
-        values["improvement"] = 100 * (1 - values["rel_err_mean"] / values["cubic_rel_err_mean"])
+        values[IMPROVEMENT] = improvement(values[REL_ERR_MEAN], values[f"{BASELINE}{REL_ERR_MEAN}"])
         for name, value in values.items():
-            self.log(f"{stage}/{name}", value, prog_bar=stage == "val" and name == "mse")
+            self.log(f"{stage}/{name}", value, prog_bar=column(stage, name) == column("val", MSE))
         for metric in metrics.values():
             metric.reset()
 
@@ -198,18 +196,3 @@ class FractureFlowModule(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test")
-
-
-def pixel_errors(
-    predicted: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-fracture MSE, mean and max of 100*|p_hat - p|/|p| over the masked pixels; each (B,)."""
-    counts = mask.flatten(1).sum(1)
-    if bool((counts == 0).any()):
-        raise ValueError("a fracture has no active pixel")
-    error = torch.where(mask, predicted - reference, 0.0)
-    relative = torch.where(
-        mask, 100 * error.abs() / reference.abs().clamp_min(np.finfo(np.float64).tiny), 0.0
-    )
-    mse = (error**2).flatten(1).sum(1) / counts
-    return mse, relative.flatten(1).sum(1) / counts, relative.flatten(1).max(1).values

@@ -1,0 +1,55 @@
+"""Checks of input values shared by the data reader, the Darcy problem and the pressure solve.
+
+One wording for one fault, whoever finds it: the caller prefixes what and where (file and field, or argument
+name), :func:`nonfinite` says how many values are bad, of which kind, and where the first one is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def nonfinite(
+    values: np.ndarray | torch.Tensor,
+    where: np.ndarray | torch.Tensor | None = None,
+    shape: tuple[int, ...] | None = None,
+    batched: bool = False,
+) -> str | None:
+    """None when ``values`` is finite wherever ``where`` is set, else a description of its NaN and inf entries.
+
+    Args:
+        values: Any float array or tensor (on any device).
+        where: Optional bool mask broadcastable to ``values``: only these entries count.
+        shape: The image shape that the trailing dimension of ``values`` flattens (node vectors), so that the first
+            bad entry is named by its pixel; None names it by its index in ``values``.
+        batched: Whether the leading dimension of ``values`` is a batch, named as "batch item i".
+
+    Returns:
+        For example ``"2 non-finite value(s) (1 NaN, 1 inf); the first is in batch item 1 at pixel (3, 5)"``.
+    """
+    if isinstance(values, torch.Tensor):
+        bad = ~torch.isfinite(values)
+        if where is not None:
+            bad &= torch.as_tensor(where, device=values.device)
+        if not bool(bad.any()):
+            return None
+        values, bad = values.detach().cpu().numpy(), bad.cpu().numpy()
+    else:
+        bad = ~np.isfinite(values)
+        if where is not None:
+            bad &= np.asarray(where, dtype=bool)
+        if not bad.any():
+            return None
+    first = np.argwhere(bad)[0]
+    nan = int(np.isnan(values[bad]).sum())
+    place = ""
+    if batched:
+        place, first = f"in batch item {int(first[0])} ", first[1:]
+    if shape is not None:
+        first = np.unravel_index(int(first[-1]), shape)
+    pixel = tuple(int(i) for i in first)
+    return (
+        f"{int(bad.sum())} non-finite value(s) ({nan} NaN, {int(bad.sum()) - nan} inf); the first is "
+        f"{place}at pixel {pixel}"
+    )

@@ -1,0 +1,106 @@
+"""The engine protocol: what a backend of the pressure solve provides.
+
+:class:`~flowlearn.darcy.solve.PressureSolve` differentiates with torch operations that call the op again (the
+adjoint is a pressure solve with the loss gradient as sources and zero heads; the tangent one with the tangent
+sources and heads), so derivatives of every order work the same on every backend. Only the linear solve of the
+free-node system ``A(K) h_f = Q_f + (Dirichlet inflow)`` depends on the backend. An engine
+
+1. **prepares** for a problem, once per :class:`~flowlearn.darcy.DarcyProblem`: whatever depends on the grid and the
+   Dirichlet set alone (a sparsity pattern and its symbolic analysis, index maps on a device, a Julia problem);
+2. **solves** the system for a batch of node log-conductivities, Dirichlet heads and sources. Each solve carries a
+   role -- ``"state"`` (the forward solve), ``"adjoint"`` or ``"tangent"`` -- so that an engine can keep per-role
+   warm starts, and reuse a factorisation or preconditioner from one call to the next (the adjoint right after the
+   forward solve has the same matrix; a training step's matrix is close to the last step's).
+
+Engines are chosen by name from :data:`flowlearn.engines.ENGINES`. A new backend is one :class:`Engine` subclass in
+one file, one line in that table and one config in ``configs/solver/``.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+if TYPE_CHECKING:
+    from flowlearn.darcy.problem import DarcyProblem
+
+ROLES = ("state", "adjoint", "tangent")
+
+
+@dataclass
+class SolveStats:
+    """Counters since construction (or :meth:`Engine.reset_stats`), for benchmarks and tests."""
+
+    factorizations: int = 0
+    direct_solves: int = 0
+    pcg_solves: int = 0
+    pcg_iterations: int = 0
+
+
+class Engine(ABC):
+    """A backend of the pressure solve.
+
+    Attributes:
+        name: The engine's name in :data:`flowlearn.engines.ENGINES` (and in ``solver=...`` configs).
+        device: Where the tensors it solves must live; None for an engine that takes tensors on any device and
+            computes on the host.
+        stats: Solve counters.
+    """
+
+    name: ClassVar[str]
+    device: torch.device | None = torch.device("cpu")
+
+    def __init__(self) -> None:
+        self.stats = SolveStats()
+        self._prepared: weakref.WeakKeyDictionary[DarcyProblem, Any] = weakref.WeakKeyDictionary()
+        # Factorisation libraries and the per-problem caches are not thread-safe: one solve at a time per engine.
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def reset_stats(self) -> None:
+        self.stats = SolveStats()
+
+    def prepared(self, problem: DarcyProblem) -> Any:
+        """This engine's state for ``problem``: made by :meth:`prepare` on first use, kept as long as the problem."""
+        state = self._prepared.get(problem)
+        if state is None:
+            state = self._prepared[problem] = self.prepare(problem)
+        return state
+
+    def pressure(
+        self,
+        problem: DarcyProblem,
+        log_k: torch.Tensor,
+        heads: torch.Tensor,
+        sources: torch.Tensor,
+        role: str,
+    ) -> torch.Tensor:
+        """Pressure (head, m), float64 (B, num_nodes) in flat image order: the solution at free nodes, ``heads`` at
+        Dirichlet nodes, NaN at inactive nodes.
+
+        Args:
+            problem: The problem solved; its layout numbers the nodes.
+            log_k: Log-conductivity (K in m/s), float64 (B, num_nodes), finite at active nodes.
+            heads: Dirichlet heads (m), float64 (B, num_nodes).
+            sources: Sources Q (m^3/s, positive = injection), float64 (B, num_nodes).
+            role: What the solve is for (one of :data:`ROLES`).
+        """
+        with self._lock:
+            return self.solve(self.prepared(problem), log_k, heads, sources, role)
+
+    @abstractmethod
+    def prepare(self, problem: DarcyProblem) -> Any:
+        """Whatever this engine keeps per problem (called once per problem)."""
+
+    @abstractmethod
+    def solve(
+        self, state: Any, log_k: torch.Tensor, heads: torch.Tensor, sources: torch.Tensor, role: str
+    ) -> torch.Tensor:
+        """:meth:`pressure` for the prepared ``state`` of the problem (called under the engine's lock)."""

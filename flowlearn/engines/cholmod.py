@@ -1,0 +1,103 @@
+"""SuiteSparse CHOLMOD (scikit-sparse 0.4.16): sparse Cholesky, the default CPU engine when installed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from flowlearn.engines import cholmod_available
+from flowlearn.engines.factor import Factor, FactorEngine
+from flowlearn.engines.trisolve import TreePlan, TreeSolver, plan_tree, usable_cores
+from flowlearn.errors import UnavailableError
+
+
+class _CholmodFactor(Factor):
+    exact = True
+
+    def __init__(self, factor: Any, tree: TreeSolver | None) -> None:
+        # With a tree solver the CHOLMOD factor is no longer needed: its entries live on in the solver.
+        self._factor = None if tree else factor
+        self._tree = tree
+
+    def apply(self, rhs: np.ndarray) -> np.ndarray:
+        return self._tree.apply(rhs) if self._tree else self._factor(rhs)
+
+
+@dataclass
+class _CholmodAnalysis:
+    symbolic: Any  # the scikit-sparse Factor holding the ordering and elimination tree
+    simplicial: bool
+    tree_plan: TreePlan | None = None  # made from the first numeric factor
+    tree_useless: bool = False  # set once a factor of this pattern proved too small to share
+
+
+class CholmodEngine(FactorEngine):
+    """Sparse Cholesky from SuiteSparse CHOLMOD (scikit-sparse 0.4.16), with a nested-dissection ordering.
+
+    The ordering and the elimination tree are computed once per pattern. The factor type follows the grid size:
+
+    * up to ``simplicial_limit`` unknowns a simplicial LDL^T, whose triangular solves run about twice as fast as
+      the supernodal ones -- and solves are what a training loop spends its time on once factors are reused.
+      CHOLMOD's own nested dissection (``nesdis``: METIS bisections, constrained minimum degree on the leaves) gives
+      these factors 6-7% fewer entries than plain METIS on fracture grids, so solves 10% and factorisations 35%
+      faster at 1024x1024. Factors with at least ``tree_solve_entries`` entries are solved on all cores by
+      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.4x faster than CHOLMOD's one-core solve on 2 cores at
+      1024x1024); smaller ones are solved by CHOLMOD, whose lower overhead wins there;
+    * above it a supernodal LL^T, which factorises 4-5x faster through dense BLAS kernels and so suits the very
+      large grids where a single factorisation dominates. There ``nesdis`` gains nothing over plain METIS and its
+      analysis takes 25% longer.
+
+    Args:
+        simplicial_limit: Largest number of unknowns factored as a simplicial LDL^T.
+        tree_solve_entries: Fewest factor entries for which solves are shared among the cores (None: never).
+        **options: Reuse and tolerance options of :class:`~flowlearn.engines.factor.FactorEngine`.
+
+    Raises:
+        UnavailableError: scikit-sparse is not installed.
+    """
+
+    name = "cholmod"
+    exact = True
+
+    def __init__(
+        self, simplicial_limit: int = 1_500_000, tree_solve_entries: int | None = 3_000_000, **options: Any
+    ) -> None:
+        super().__init__(**options)
+        if not cholmod_available():
+            raise UnavailableError(
+                "solver 'cholmod' needs scikit-sparse: apt-get install libsuitesparse-dev libopenblas-dev, then "
+                "pip install 'flowlearn[cholmod]' (or choose solver 'superlu')"
+            )
+        from sksparse import cholmod
+
+        self._cholmod = cholmod
+        self.simplicial_limit = simplicial_limit
+        self.tree_solve_entries = tree_solve_entries
+
+    def analyze(self, matrix: sp.csc_matrix) -> _CholmodAnalysis:
+        simplicial = matrix.shape[0] <= self.simplicial_limit
+        mode, ordering = ("simplicial", "nesdis") if simplicial else ("supernodal", "metis")
+        try:
+            symbolic = self._cholmod.analyze(matrix, mode=mode, ordering_method=ordering)
+        except self._cholmod.CholmodError:  # a CHOLMOD built without METIS
+            symbolic = self._cholmod.analyze(matrix, mode=mode)
+        return _CholmodAnalysis(symbolic, simplicial)
+
+    def factorize(self, matrix: sp.csc_matrix, symbolic: _CholmodAnalysis) -> Factor:
+        factor = symbolic.symbolic.cholesky(matrix)
+        return _CholmodFactor(factor, self._tree_solver(factor, symbolic))
+
+    def _tree_solver(self, factor: Any, analysis: _CholmodAnalysis) -> TreeSolver | None:
+        cores = usable_cores()
+        if not analysis.simplicial or analysis.tree_useless or self.tree_solve_entries is None or cores < 2:
+            return None
+        factor_ld = factor.LD()
+        if factor_ld.nnz < self.tree_solve_entries:
+            analysis.tree_useless = True
+            return None
+        if analysis.tree_plan is None or not np.array_equal(analysis.tree_plan.indptr, factor_ld.indptr):
+            analysis.tree_plan = plan_tree(factor_ld, cores)
+        return TreeSolver(factor_ld, factor.P(), analysis.tree_plan)

@@ -1,0 +1,7 @@
+"""Looking at runs: run directories and their metrics, figures, the figure callback, ``flowlearn report``.
+
+* :mod:`~flowlearn.reporting.runs`: what a run or sweep directory holds, its ``metrics.csv``;
+* :mod:`~flowlearn.reporting.figures`: the maps, curves and gallery, as matplotlib figures;
+* :mod:`~flowlearn.reporting.callback`: figures drawn while training;
+* :mod:`~flowlearn.reporting.report`: ``flowlearn report``, markdown and figures of a run or a sweep.
+"""

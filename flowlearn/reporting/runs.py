@@ -1,0 +1,73 @@
+"""Run directories (what ``python train.py`` writes) and sweep directories (``python train.py -m``): what they hold,
+and their logged metrics. Their predicted fields are read by :func:`flowlearn.training.predictions.read_predictions`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
+    """Columns of ``<run_dir>/metrics.csv`` as float arrays (NaN where a row did not log that column).
+
+    Lightning's CSV logger writes one row per logging call, so ``train/*`` and ``val/*`` values of one epoch sit
+    on different rows; select rows with ``~np.isnan(columns[name])``.
+    """
+    path = Path(run_dir) / "metrics.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no metrics.csv (was the run started with logger=csv?)")
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    names = rows[0].keys() if rows else []
+    return {
+        name: np.array([float(r[name]) if r[name] not in ("", None) else math.nan for r in rows])
+        for name in names
+    }
+
+
+def metric_series(columns: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(epochs, values) of one metric, for the rows that logged it."""
+    if name not in columns:
+        raise KeyError(f"metric {name!r} was not logged; logged: {sorted(columns)}")
+    logged = ~np.isnan(columns[name])
+    return columns["epoch"][logged].astype(int), columns[name][logged]
+
+
+def latest_run(outputs: str | Path) -> Path:
+    """The newest finished run under ``outputs`` in Hydra's ``<outputs>/<date>/<time>`` layout.
+
+    Hydra's date and time folder names sort chronologically; a run counts as finished once it has written
+    ``predictions.h5`` (its last output), so a run still training is passed over.
+    """
+    finished = sorted(p.parent for p in Path(outputs).glob("*/*/predictions.h5"))
+    if not finished:
+        raise FileNotFoundError(
+            f"no finished run under {outputs}/<date>/<time> (run `python train.py` first)"
+        )
+    return finished[-1]
+
+
+def missing_outputs(run_dir: Path) -> list[str]:
+    """What a finished run directory lacks, in words (empty when it is complete)."""
+    needs = (
+        (any((run_dir / "checkpoints").glob("*.ckpt")), "a checkpoint (checkpoints/*.ckpt)"),
+        ((run_dir / "metrics.csv").is_file(), "metrics (metrics.csv; the run needs logger=csv)"),
+        ((run_dir / ".hydra" / "config.yaml").is_file(), "the run's config (.hydra/config.yaml)"),
+        ((run_dir / "predictions.h5").is_file(), "predictions (predictions.h5, written when training ends)"),
+    )
+    return [what for present, what in needs if not present]
+
+
+def looks_like_run(path: Path) -> bool:
+    """Whether ``path`` holds any run output of its own (a sweep directory does not)."""
+    return any((path / name).exists() for name in (".hydra", "checkpoints", "metrics.csv"))
+
+
+def sweep_runs(sweep_dir: Path) -> list[Path]:
+    """The run subdirectories of a sweep, in numeric order of their names where they are numbers (Hydra's)."""
+    runs = [p for p in sweep_dir.iterdir() if p.is_dir() and looks_like_run(p)]
+    return sorted(runs, key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name))

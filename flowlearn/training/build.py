@@ -1,0 +1,65 @@
+"""Building the trained model from config: for a new run (filled in from the data), or from a finished run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from flowlearn.data.datamodule import FractureRef
+from flowlearn.errors import ConfigError
+from flowlearn.models.correction import PixelCorrection
+from flowlearn.models.laws import PermeabilityLaw
+from flowlearn.training.module import FractureFlowModule
+
+
+def build_correction(
+    model_cfg: DictConfig, law: PermeabilityLaw, train_refs: Sequence[FractureRef]
+) -> nn.Module:
+    """Instantiate the correction model, filling in what the data decides: the shape of a pixel model, the
+    dimension of a CNN, and the law's starting value."""
+    target = get_class(model_cfg._target_)
+    shapes = sorted({ref.shape for ref in train_refs})
+    if issubclass(target, PixelCorrection):
+        if len(train_refs) != 1:
+            raise ConfigError(
+                f"model=pixel learns one W per pixel of one fracture, but the training split has {len(train_refs)} "
+                "fractures: use model=cnn, or give one fracture with data.fractions=[1,0,0]"
+            )
+        return instantiate(model_cfg, shape=shapes[0], initial=law.initial_raw)
+    dims = {len(shape) for shape in shapes}
+    if len(dims) != 1:
+        raise ConfigError(f"the training fractures mix 2D and 3D shapes: {shapes}")
+    return instantiate(model_cfg, dim=dims.pop(), initial=law.initial_raw)
+
+
+def load_run(
+    run_dir: str | Path, checkpoint: str | Path | None = None
+) -> tuple[FractureFlowModule, DictConfig]:
+    """Rebuild a trained module from a run directory (its ``.hydra/config.yaml`` and a checkpoint).
+
+    ``checkpoint`` defaults to ``checkpoints/last.ckpt`` in the run directory. What the data decided at training
+    time (a pixel model's shape, a CNN's dimension) is read from the checkpoint's weights.
+    """
+    run_dir = Path(run_dir)
+    config_path = run_dir / ".hydra" / "config.yaml"
+    checkpoint = Path(checkpoint) if checkpoint else run_dir / "checkpoints" / "last.ckpt"
+    for needed, what in ((config_path, "the run's config"), (checkpoint, "a checkpoint")):
+        if not needed.exists():
+            raise FileNotFoundError(f"{run_dir}: {what} is missing ({needed} does not exist)")
+    cfg = OmegaConf.load(config_path)
+    law = instantiate(cfg.law)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+    if get_class(cfg.model._target_) is PixelCorrection:
+        shape = tuple(state["correction.raw"].shape)
+        correction = instantiate(cfg.model, shape=shape, initial=law.initial_raw)
+    else:
+        dim = next(v.ndim for k, v in state.items() if k.startswith("correction.body.0.weight")) - 2
+        correction = instantiate(cfg.model, dim=dim, initial=law.initial_raw)
+    module = FractureFlowModule(correction, law, solver=None)
+    module.load_state_dict(state)
+    return module, cfg
