@@ -1,16 +1,18 @@
 """The ``flowlearn`` command.
 
-Each subcommand is one ``_add_<name>(subparsers)`` function that declares its arguments and sets ``run`` to the
-function that executes it; :data:`COMMANDS` lists them. A new subcommand is one more such function in the tuple.
-Optional dependencies (lbmpy) are imported only when a subcommand that needs them runs.
+Each subcommand is one :class:`Command` in :data:`COMMANDS`: its name and help, a function that declares its
+arguments on its parser, and the function that runs it. A new subcommand is one more entry. Optional dependencies
+(lbmpy) are imported only when a subcommand that needs them runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from flowlearn.errors import USER_ERRORS
@@ -24,60 +26,34 @@ def _run_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_convert(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "convert",
-        help="convert a fracture file between the flowlearn and the original HDF5 layouts",
-        description="Read every fracture of SRC (either layout), validate it, and write DST atomically.",
-    )
+def _convert_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("src", help="input HDF5 file (flowlearn or original layout)")
     p.add_argument("dst", help="output HDF5 file")
     p.add_argument("--layout", choices=("flowlearn", "original"), default="flowlearn", help="layout of DST")
-    p.set_defaults(run=_run_convert)
+
+
+def _from_options(cls: type, args: argparse.Namespace, **given: object) -> object:
+    """An instance of the dataclass ``cls`` from the command-line options named like its fields, and ``given``."""
+    options = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+    return cls(**{**options, **given})
 
 
 def _run_generate(args: argparse.Namespace) -> int:
     from flowlearn.data.generate import DatasetConfig, generate_dataset
     from flowlearn.data.lbm import LBMSettings
 
-    lbm = LBMSettings(
-        omega=args.omega,
-        density_drop=args.density_drop,
-        tolerance=args.tolerance,
-        check_interval=args.check_interval,
-        max_steps=args.max_steps,
-        target=args.target,
-        threads=args.threads,
-        reservoir=args.reservoir,
-    )
-    config = DatasetConfig(
-        count=args.count,
-        shape=tuple(args.shape),
-        hurst=args.hurst,
-        rms=args.rms,
-        mean_aperture=args.mean_aperture,
-        mismatch_length=args.mismatch_length,
-        seed=args.seed,
-        voxel_size=args.voxel_size,
-        lbm=lbm,
-    )
+    lbm = _from_options(LBMSettings, args)
+    config = _from_options(DatasetConfig, args, shape=tuple(args.shape), lbm=lbm)
     summary = generate_dataset(config, args.output, progress=not args.quiet)
     print(json.dumps(summary, indent=2))
     return 0
 
 
-def _add_generate(subparsers: argparse._SubParsersAction) -> None:
+def _generate_arguments(p: argparse.ArgumentParser) -> None:
     from flowlearn.data.generate import DatasetConfig
     from flowlearn.data.lbm import LBMSettings
 
     d, s = DatasetConfig(), LBMSettings()
-    p = subparsers.add_parser(
-        "generate",
-        help="generate rough fractures and their LBM reference pressure (needs flowlearn[lbm])",
-        description="Synthesise self-affine rough fractures, run lbmpy to steady state on each, and write the "
-        "aperture-averaged pressure (inlet 2, outlet 1) with provenance to OUTPUT. Lengths are in voxels.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
     p.add_argument("output", help="HDF5 file to write (flowlearn layout)")
     g = p.add_argument_group("fractures")
     g.add_argument("--count", type=int, default=d.count, help="number of fractures")
@@ -104,7 +80,6 @@ def _add_generate(subparsers: argparse._SubParsersAction) -> None:
         "--reservoir", type=int, default=s.reservoir, help="open columns before/after the fracture"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(run=_run_generate)
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -123,18 +98,10 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_report(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "report",
-        help="figures and a markdown summary of a finished run, or a comparison table of a sweep",
-        description="For a run directory (what `python train.py` writes): write figures/*.png and report.md "
-        "(metrics, improvement over the cubic law, config). For a sweep directory (`python train.py -m`): write "
-        "report.md with one row per run, and each complete run's report. Exits 1 when a run is incomplete.",
-    )
+def _report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="run directory, or sweep directory holding run directories")
     p.add_argument("-o", "--output", help="where to write the report (default: RUN_DIR itself)")
     p.add_argument("--dpi", type=int, default=120, help="resolution of the figures")
-    p.set_defaults(run=_run_report)
 
 
 def _run_predict(args: argparse.Namespace) -> int:
@@ -145,26 +112,58 @@ def _run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_predict(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "predict",
-        help="apply a trained run to new aperture maps",
-        description="Rebuild the model of RUN_DIR (its .hydra/config.yaml and a checkpoint), apply it to every "
-        "fracture of INPUTS (HDF5, either layout) and write the correction W, log k, the predicted and cubic-law "
-        "pressure, and the input's reference pressure to OUTPUT (HDF5, written atomically).",
-    )
+def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="run directory written by `python train.py`")
     p.add_argument("inputs", nargs="+", help="HDF5 file(s) with the fractures to predict")
     p.add_argument("-o", "--output", required=True, help="HDF5 file to write")
     p.add_argument("--checkpoint", help="checkpoint to load (default: RUN_DIR/checkpoints/last.ckpt)")
-    p.set_defaults(run=_run_predict)
 
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    _add_convert,
-    _add_generate,
-    _add_report,
-    _add_predict,
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its name, one-line help, description, argument declarations and what runs it."""
+
+    name: str
+    help: str
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+COMMANDS = (
+    Command(
+        "convert",
+        "convert a fracture file between the flowlearn and the original HDF5 layouts",
+        "Read every fracture of SRC (either layout), validate it, and write DST atomically.",
+        _convert_arguments,
+        _run_convert,
+    ),
+    Command(
+        "generate",
+        "generate rough fractures and their LBM reference pressure (needs flowlearn[lbm])",
+        "Synthesise self-affine rough fractures, run lbmpy to steady state on each, and write the "
+        "aperture-averaged pressure (inlet 2, outlet 1) with provenance to OUTPUT. Lengths are in voxels.",
+        _generate_arguments,
+        _run_generate,
+    ),
+    Command(
+        "report",
+        "figures and a markdown summary of a finished run, or a comparison table of a sweep",
+        "For a run directory (what `python train.py` writes): write figures/*.png and report.md (metrics, "
+        "improvement over the cubic law, config). For a sweep directory (`python train.py -m`): write report.md "
+        "with one row per run, and each complete run's report. Exits 1 when a run is incomplete.",
+        _report_arguments,
+        _run_report,
+    ),
+    Command(
+        "predict",
+        "apply a trained run to new aperture maps",
+        "Rebuild the model of RUN_DIR (its .hydra/config.yaml and a checkpoint), apply it to every fracture of "
+        "INPUTS (HDF5, either layout) and write the correction W, log k, the predicted and cubic-law pressure, and "
+        "the input's reference pressure to OUTPUT (HDF5, written atomically).",
+        _predict_arguments,
+        _run_predict,
+    ),
 )
 
 
@@ -173,8 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="flowlearn", description="flowlearn: fracture data, LBM references and permeability corrections."
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in COMMANDS:
-        add(subparsers)
+    for command in COMMANDS:
+        p = subparsers.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
+        command.arguments(p)
+        p.set_defaults(run=command.run)
     return parser
 
 

@@ -72,7 +72,9 @@ def get_engine(solver: str | Engine | None = None) -> Engine:
         return solver
     name = "auto" if solver is None else solver
     if not isinstance(name, str):
-        raise SolveInputError(f"solver must be a name {list(NAMES)} or an Engine, got {type(solver).__name__}")
+        raise SolveInputError(
+            f"solver must be a name {list(NAMES)} or an Engine, got {type(solver).__name__}"
+        )
     if name not in _SHARED:
         _SHARED[name] = make_engine(name)
     return _SHARED[name]

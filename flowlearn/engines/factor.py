@@ -111,11 +111,8 @@ class FactorEngine(Engine):
         super().__init__()
         if not 0 < rtol < 1:
             raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
-        self.rtol = rtol
-        self.reuse = reuse
-        self.max_change = max_change
-        self.max_iter = max_iter
-        self.reuse_budget = reuse_budget
+        self.rtol, self.reuse, self.max_change = rtol, reuse, max_change
+        self.max_iter, self.reuse_budget = max_iter, reuse_budget
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rtol={self.rtol}, reuse={self.reuse})"

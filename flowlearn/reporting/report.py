@@ -18,33 +18,23 @@ from omegaconf import OmegaConf
 from flowlearn.errors import RunDirectoryError
 from flowlearn.reporting.figures import figure_set, save_figures
 from flowlearn.reporting.runs import metric_series, missing_outputs, read_metrics, sweep_runs
-from flowlearn.training.metrics import (
-    BASELINE,
-    IMPROVEMENT,
-    IMPROVEMENT_NOTE,
-    LOSS,
-    METRICS,
-    MSE,
-    REL_ERR_MEAN,
-    STAGES,
-    column,
-)
+from flowlearn.training import metrics
 from flowlearn.training.predictions import read_predictions
 
 # (column suffix, table header) of the per-stage metrics table: the model's metrics, the cubic law's, improvement.
 METRIC_COLUMNS = (
-    *((m.name, m.header) for m in METRICS),
-    *((f"{BASELINE}{m.name}", f"cubic-law {m.header}") for m in METRICS),
-    (IMPROVEMENT, "improvement (%)"),
+    *((m.name, m.header) for m in metrics.METRICS),
+    *((f"{metrics.BASELINE}{m.name}", f"cubic-law {m.header}") for m in metrics.METRICS),
+    (metrics.IMPROVEMENT, "improvement (%)"),
 )
 # (column, table header) of the sweep table.
 SWEEP_COLUMNS = (
-    (column("val", MSE), "val MSE"),
-    (column("val", REL_ERR_MEAN), "val mean error (%)"),
-    (column("val", IMPROVEMENT), "val improvement (%)"),
-    (column("test", REL_ERR_MEAN), "test mean error (%)"),
-    (column("test", REL_ERR_MEAN, baseline=True), "test cubic-law mean error (%)"),
-    (column("test", IMPROVEMENT), "test improvement (%)"),
+    (metrics.column("val", metrics.MSE), "val MSE"),
+    (metrics.column("val", metrics.REL_ERR_MEAN), "val mean error (%)"),
+    (metrics.column("val", metrics.IMPROVEMENT), "val improvement (%)"),
+    (metrics.column("test", metrics.REL_ERR_MEAN), "test mean error (%)"),
+    (metrics.column("test", metrics.REL_ERR_MEAN, baseline=True), "test cubic-law mean error (%)"),
+    (metrics.column("test", metrics.IMPROVEMENT), "test improvement (%)"),
 )
 
 
@@ -64,8 +54,8 @@ def metrics_table(final: Mapping[str, float]) -> str:
         "| split | " + " | ".join(header for _, header in METRIC_COLUMNS) + " |",
         "|---" * (len(METRIC_COLUMNS) + 1) + "|",
     ]
-    for stage in STAGES:
-        if column(stage, MSE) in final:
+    for stage in metrics.STAGES:
+        if metrics.column(stage, metrics.MSE) in final:
             values = (final.get(f"{stage}/{name}") for name, _ in METRIC_COLUMNS)
             lines.append(f"| {stage} | " + " | ".join(_number(v) for v in values) + " |")
     return "\n".join(lines)
@@ -74,9 +64,9 @@ def metrics_table(final: Mapping[str, float]) -> str:
 def _epochs(columns: Mapping[str, np.ndarray]) -> int:
     """Epochs a run trained: the last epoch that logged the training loss, plus one (test rows log the epoch after
     the last)."""
-    if LOSS not in columns:
+    if metrics.LOSS not in columns:
         return 0
-    epochs, _ = metric_series(columns, LOSS)
+    epochs, _ = metric_series(columns, metrics.LOSS)
     return int(epochs.max()) + 1 if epochs.size else 0
 
 
@@ -129,7 +119,7 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     choices = _choices(run_dir)
     if choices:
         lines.append("- config groups: " + ", ".join(f"{k}={v}" for k, v in choices.items()))
-    splits = {s: sum(f.split == s for f in fields) for s in STAGES}
+    splits = {s: sum(f.split == s for f in fields) for s in metrics.STAGES}
     lines += [
         f"- overrides: {_code(_overrides(run_dir))}",
         f"- epochs trained: {_epochs(columns)}; fractures: "
@@ -140,7 +130,7 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
         "",
         metrics_table(final),
         "",
-        IMPROVEMENT_NOTE,
+        metrics.IMPROVEMENT_NOTE,
         "",
         "## Figures",
         "",
@@ -172,7 +162,7 @@ def report_sweep(
     lines = [
         f"# Sweep report: {sweep_dir.name}",
         "",
-        f"{len(runs)} run(s) in `{sweep_dir.resolve()}`, all with {_code(shared)}. {IMPROVEMENT_NOTE}",
+        f"{len(runs)} run(s) in `{sweep_dir.resolve()}`, all with {_code(shared)}. {metrics.IMPROVEMENT_NOTE}",
         "",
         "| run | overrides | status | epochs | " + " | ".join(h for _, h in SWEEP_COLUMNS) + " |",
         "|---" * (len(SWEEP_COLUMNS) + 4) + "|",
