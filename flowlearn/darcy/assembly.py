@@ -25,17 +25,17 @@ from flowlearn.darcy.grid import Grid
 class SystemLayout:
     """Index maps from the nodes and edges of a problem to the rows and CSC entries of ``A``.
 
-    Args:
-        grid: The grid.
-        dirichlet: bool (grid.shape), the active nodes whose head is fixed.
-        active: bool (grid.shape), the nodes that carry an equation or a fixed head.
-
     Nodes are numbered here by their flat index in the image (C order), not DPFEHM's node order: the solution does
     not depend on the numbering, and fields then flatten as views instead of transposed copies.
 
     Edges with an inactive end, and edges between two Dirichlet nodes, play no part and are dropped.
     ``edges`` lists the remaining ones as (pixel_a, pixel_b) flat image indices: first the free-free edges, then
     the free-Dirichlet edges with the free node first, each group sorted by (pixel_a, pixel_b).
+
+    Args:
+        grid: The grid.
+        dirichlet: bool (grid.shape), the nodes whose head is fixed (counted where active).
+        active: bool (grid.shape), the nodes that carry an equation or a fixed head.
     """
 
     def __init__(self, grid: Grid, dirichlet: np.ndarray, active: np.ndarray) -> None:
