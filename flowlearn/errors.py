@@ -22,6 +22,14 @@ class ConvergenceError(RuntimeError):
     """An iterative linear solve stopped at its iteration limit before reaching its tolerance."""
 
 
+class SolutionError(RuntimeError):
+    """A solve whose result is not a solution of its system (conductivities beyond float64): raised, never returned."""
+
+
+class DivergenceError(RuntimeError):
+    """Training diverged: a non-finite or exploding loss, or a model whose conductivities left float64's range."""
+
+
 class ConfigError(ValueError):
     """A training config value that cannot work; the message names the option."""
 
@@ -64,6 +72,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ProblemError,
     SolveInputError,
     ConvergenceError,
+    SolutionError,
+    DivergenceError,
     ConfigError,
     DataValidationError,
     UnavailableError,

@@ -30,9 +30,7 @@ OPTIONS = [
 def _compose(tmp_path: Path, *overrides: str):
     OmegaConf.register_new_resolver("repo_root", lambda: str(ROOT), replace=True)
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(
-            "train", overrides=[*overrides, f"hydra.run.dir={tmp_path}"], return_hydra_config=True
-        )
+        cfg = compose("train", overrides=[*overrides, f"hydra.run.dir={tmp_path}"], return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(tmp_path)  # what a run sets, for ${hydra:runtime.output_dir}
     HydraConfig.instance().set_config(cfg)

@@ -15,6 +15,7 @@ from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
+from scipy import ndimage
 from scipy.sparse.csgraph import connected_components
 
 from flowlearn.checks import nonfinite
@@ -97,7 +98,9 @@ class DarcyProblem:
         dirichlet[..., 0] = dirichlet[..., -1] = True
         values = np.zeros(shape)
         values[..., 0], values[..., -1] = inlet, outlet
-        return cls(grid, dirichlet, values, active=active, drop_unconnected=drop_unconnected)
+        problem = cls(grid, dirichlet, values, active=active, drop_unconnected=drop_unconnected)
+        problem._require_flow_path()
+        return problem
 
     @cached_property
     def free(self) -> np.ndarray:
@@ -108,6 +111,29 @@ class DarcyProblem:
     def layout(self) -> SystemLayout:
         """Sparsity pattern and index maps of the linear system, built once per problem."""
         return SystemLayout(self.grid, self.dirichlet, self.active)
+
+    def _require_flow_path(self) -> None:
+        """Raise :class:`ProblemError` when no active path joins the inlet face (index 0 along x) to the outlet face:
+        nothing would flow, and every pressure would be one of the two heads. Names the inactive pixels that close
+        off the region reached from the inlet."""
+        grid = self.grid
+        _, labels = self._active_graph_components()
+        labels = np.where(self.active, grid.to_image(labels), -1)
+        inlet, outlet = (np.unique(labels[..., i][labels[..., i] >= 0]) for i in (0, -1))
+        if np.intersect1d(inlet, outlet).size:
+            return
+        reached = np.isin(labels, inlet)
+        # The inactive pixels next to the inlet's region (face neighbours, as the grid's edges): the barrier.
+        blocking = np.argwhere(ndimage.binary_dilation(reached) & ~self.active)
+        axes = ("depth", "row", "col")[-grid.dim :]
+        lo, hi = blocking.min(axis=0), blocking.max(axis=0)
+        box = ", ".join(f"{name}s {lo[i]}-{hi[i]}" for i, name in enumerate(axes))
+        raise ProblemError(
+            f"no active path joins the inlet (column 0) to the outlet (column {grid.shape[-1] - 1}): the region "
+            f"reached from the inlet ends at column {int(np.argwhere(reached)[:, -1].max())}, closed off by "
+            f"{len(blocking)} inactive pixel(s) (zero aperture or masked) within {box}, the first at "
+            f"{tuple(int(i) for i in blocking[0])}; nothing would flow"
+        )
 
     def _active_graph_components(self) -> tuple[int, np.ndarray]:
         """Connected components of the graph of active nodes; labels in node order."""

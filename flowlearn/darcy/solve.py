@@ -30,7 +30,7 @@ import torch
 from flowlearn.checks import nonfinite
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.engines import Engine, get_engine
-from flowlearn.errors import SolveInputError
+from flowlearn.errors import SolutionError, SolveInputError
 
 
 def solve_pressure(
@@ -61,6 +61,8 @@ def solve_pressure(
     Raises:
         SolveInputError: wrong shape, dtype or device (for the engine), or non-finite values at active nodes.
         ConvergenceError: an iterative solve missed its tolerance.
+        SolutionError: a solve without sources returned heads outside its Dirichlet range: the conductivities span
+            more than float64 resolves.
     """
     grid_shape = problem.grid.shape
     if not isinstance(log_k, torch.Tensor):
@@ -129,6 +131,7 @@ class PressureSolve(torch.autograd.Function):
             if fault:
                 raise SolveInputError(f"{name} has {fault}")
         pressure = call.engine.pressure(problem, log_k_nodes, head_nodes, flow_nodes, call.role)
+        _check_maximum_principle(pressure, log_k_nodes, head_nodes, flow_nodes, problem)
         return pressure.reshape(log_k.shape)
 
     @staticmethod
@@ -240,3 +243,64 @@ def _field(value: torch.Tensor | None, default: np.ndarray, name: str, like: tor
         raise SolveInputError(
             f"{name} has shape {tuple(value.shape)}, which does not broadcast to log_k's {tuple(like.shape)}"
         ) from None
+
+
+# Relative slack of the maximum-principle check: solves are exact to ~1e-11, so an honest head never leaves the
+# Dirichlet range by more than this fraction of it.
+MAXIMUM_PRINCIPLE_SLACK = 1e-8
+
+
+def _check_maximum_principle(
+    pressure: torch.Tensor,
+    log_k: torch.Tensor,
+    heads: torch.Tensor,
+    flows: torch.Tensor,
+    problem: DarcyProblem,
+) -> None:
+    """Raise when a source-free solve returned heads outside its Dirichlet range: not a solution.
+
+    Without sources at free nodes, the discrete solution lies between the lowest and highest Dirichlet head (the
+    matrix is a diagonally dominant M-matrix). A head outside that range means the conductivities span more than
+    float64 resolves at some node, and the factorisation returned rounding noise. Costs two reductions per solve;
+    solves with sources (adjoint and tangent solves) are not checked.
+    """
+    layout = problem.layout
+    fixed, active = (
+        torch.as_tensor(m, device=pressure.device) for m in (layout.fixed_mask, layout.active_mask)
+    )
+    source_free = ~(flows * (active & ~fixed)).any(dim=1)
+    if not bool(source_free.any()):
+        return
+    inf = torch.inf
+    low = torch.where(fixed, heads, inf).amin(dim=1)
+    high = torch.where(fixed, heads, -inf).amax(dim=1)
+    slack = MAXIMUM_PRINCIPLE_SLACK * (high - low) + 1e-300
+    outside = (torch.where(active, pressure, low[:, None]) < (low - slack)[:, None]) | (
+        torch.where(active, pressure, high[:, None]) > (high + slack)[:, None]
+    )
+    outside &= source_free[:, None]
+    if not bool(outside.any()):
+        return
+    item, node = (int(i) for i in torch.nonzero(outside)[0])
+    pixel = tuple(int(i) for i in np.unravel_index(node, problem.grid.shape))
+    raise SolutionError(
+        f"the pressure solve returned no solution for batch item {item}: the head at pixel {pixel} is "
+        f"{float(pressure[item, node]):.12g}, outside the Dirichlet range [{float(low[item]):.6g}, "
+        f"{float(high[item]):.6g}] that a solution without sources stays within. {_steepest_jump(log_k[item], problem)}"
+    )
+
+
+def _steepest_jump(log_k: torch.Tensor, problem: DarcyProblem) -> str:
+    """Where log K changes most between neighbouring active pixels, in words (for the error message)."""
+    layout = problem.layout
+    a, b = layout.edges.T
+    values = log_k.detach().cpu().numpy()
+    jumps = np.abs(values[a] - values[b])
+    edge = int(np.argmax(jumps))
+    first, second = (
+        tuple(int(i) for i in np.unravel_index(n, problem.grid.shape)) for n in (a[edge], b[edge])
+    )
+    return (
+        f"log K jumps by {jumps[edge]:.3g} between pixels {first} and {second}: conductances that differ by more "
+        "than about 1e15 at one node are beyond float64"
+    )

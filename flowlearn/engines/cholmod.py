@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from flowlearn.engines import cholmod_available
 from flowlearn.engines.factor import Factor, FactorEngine
 from flowlearn.engines.trisolve import TreePlan, TreeSolver, plan_tree, usable_cores
-from flowlearn.errors import UnavailableError
+from flowlearn.errors import SolutionError, UnavailableError
 
 
 class _CholmodFactor(Factor):
@@ -87,7 +87,16 @@ class CholmodEngine(FactorEngine):
         return _CholmodAnalysis(symbolic, simplicial)
 
     def factorize(self, matrix: sp.csc_matrix, symbolic: _CholmodAnalysis) -> Factor:
-        factor = symbolic.symbolic.cholesky(matrix)
+        try:
+            factor = symbolic.symbolic.cholesky(matrix)
+        except self._cholmod.CholmodNotPositiveDefiniteError as error:
+            # The assembled matrix is SPD in exact arithmetic; CHOLMOD loses that only when the conductances span
+            # more than float64 resolves.
+            diagonal = matrix.diagonal()
+            raise SolutionError(
+                f"CHOLMOD found the system not positive definite ({error}): its diagonal spans "
+                f"{diagonal.min():.3g} to {diagonal.max():.3g}, more than float64 resolves"
+            ) from error
         return _CholmodFactor(factor, self._tree_solver(factor, symbolic))
 
     def _tree_solver(self, factor: Any, analysis: _CholmodAnalysis) -> TreeSolver | None:

@@ -14,6 +14,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowlearn.errors import ConfigError
 
+# The loosest solver tolerance a training run accepts: the relative accuracy of the reference pressures themselves
+# (an LBM run stops when the velocity changes by less than 1e-6 over its check interval).
+LOOSEST_SOLVER_TOLERANCE = 1e-6
+
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
@@ -38,7 +42,15 @@ def validate_config(cfg: DictConfig) -> None:
     _positive(cfg, "data.batch_size", integer=True)
     _positive(cfg, "model.channels", integer=True)
     _positive(cfg, "model.kernel_size", integer=True)
-    _positive(cfg, "solver.rtol")
+    for key in ("solver.rtol", "solver.reltol"):
+        _positive(cfg, key)
+        tolerance = OmegaConf.select(cfg, key)
+        _check(
+            tolerance is None or tolerance <= LOOSEST_SOLVER_TOLERANCE,
+            f"{key}={tolerance!r} is looser than the reference pressures are accurate (their LBM runs converge to "
+            f"{LOOSEST_SOLVER_TOLERANCE:g}): the loss and its gradient would follow the solver's error, not the "
+            f"data; use {key} <= {LOOSEST_SOLVER_TOLERANCE:g} (the default is 1e-11)",
+        )
     workers = OmegaConf.select(cfg, "data.num_workers")
     _check(
         workers is None or (isinstance(workers, int) and workers >= 0),

@@ -9,6 +9,7 @@ LRU cache so that the solver's symbolic analysis and factors are reused when the
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
@@ -20,6 +21,7 @@ from torchmetrics import MaxMetric, MeanMetric
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
 from flowlearn.engines import Engine
+from flowlearn.errors import DivergenceError, SolutionError, SolveInputError
 from flowlearn.models.laws import PermeabilityLaw, cubic_law_log_k
 from flowlearn.training.metrics import (
     BASELINE,
@@ -35,6 +37,9 @@ from flowlearn.training.metrics import (
 )
 
 _REDUCTIONS = {"mean": MeanMetric, "max": MaxMetric}
+# An epoch's mean training loss this many times the lowest so far: the optimiser has been thrown out of the basin
+# it was descending (a pressure MSE is bounded, so a diverging run shows as a jump rather than as infinity).
+EXPLODING_LOSS = 1e3
 
 
 class FractureFlowModule(L.LightningModule):
@@ -66,6 +71,10 @@ class FractureFlowModule(L.LightningModule):
         self.cache_size = cache_size
         self._problems: OrderedDict[str, DarcyProblem] = OrderedDict()
         self._cubic: OrderedDict[str, torch.Tensor] = OrderedDict()
+        # Training loss of the current epoch (summed over fractures) and the lowest epoch mean so far.
+        self._epoch_losses: list[float] = []
+        self._epoch_fractures = 0
+        self._lowest_loss = math.inf
         # ModuleDict keys may not shadow Module attributes such as ``train``: hence "<stage>_metrics".
         self.metrics = nn.ModuleDict(
             {
@@ -145,28 +154,64 @@ class FractureFlowModule(L.LightningModule):
     # -- steps -------------------------------------------------------------------------------------------------
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
-        predicted = self(batch)["pressure"]
+        problems = self._problems_of(batch)
+        try:
+            predicted = self(batch)["pressure"]
+        except (SolveInputError, SolutionError) as error:
+            # Non-finite or float64-breaking conductivities: from the data before any step, else from training.
+            if not self.global_step:
+                raise
+            raise self._diverged(f"the model's conductivities broke the solve: {error}") from error
         reference = batch["pressure"].to(torch.float64)
-        mask = torch.stack([torch.from_numpy(p.active) for p in self._problems_of(batch)]).to(
-            reference.device
+        active, free = (
+            torch.stack([torch.from_numpy(getattr(p, mask)) for p in problems]).to(reference.device)
+            for mask in ("active", "free")
         )
-        errors = pixel_errors(predicted, reference, mask)
-        loss = errors[MSE].mean()
+        # The loss is the original work's, over every active pixel; the metrics leave out the fixed heads of the
+        # inlet and outlet columns, which no model changes.
+        loss = pixel_errors(predicted, reference, active)[MSE].mean()
         if not torch.isfinite(loss):
+            if self.global_step:
+                raise self._diverged(f"the {stage} loss is {float(loss)}")
             raise FloatingPointError(
-                f"non-finite {stage} loss at epoch {self.current_epoch}, fractures {list(batch['name'])}: check "
-                "the aperture and pressure fields of these fractures"
+                f"non-finite {stage} loss before training, fractures {list(batch['name'])}: check the aperture "
+                "and pressure fields of these fractures"
             )
         with torch.no_grad():
-            baseline = pixel_errors(self.cubic_pressure(batch), reference, mask)
+            errors = pixel_errors(predicted, reference, free)
+            baseline = pixel_errors(self.cubic_pressure(batch), reference, free)
         metrics = self.metrics[f"{stage}_metrics"]
         for name in errors:
-            metrics[name].update(errors[name].detach())
+            metrics[name].update(errors[name])
             metrics[f"{BASELINE}{name}"].update(baseline[name])
         if stage == "train":
             batch_size = len(batch["name"])
+            self._epoch_losses.append(float(loss.detach()) * batch_size)
+            self._epoch_fractures += batch_size
             self.log(LOSS, loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=batch_size)
         return loss
+
+    def _diverged(self, what: str) -> DivergenceError:
+        """The error of a run that diverged, naming the learning rate to lower."""
+        optimizers = self.trainer.optimizers if self._trainer is not None else []
+        lr = f" (now {optimizers[0].param_groups[0]['lr']:g})" if optimizers else ""
+        return DivergenceError(
+            f"training diverged at epoch {self.current_epoch}, step {self.global_step}: {what}; lower "
+            f"optimizer.lr{lr}"
+        )
+
+    def _check_divergence(self) -> None:
+        """Raise when this epoch's mean training loss exceeds :data:`EXPLODING_LOSS` times the lowest so far."""
+        if not self._epoch_fractures:
+            return
+        loss = sum(self._epoch_losses) / self._epoch_fractures
+        self._epoch_losses, self._epoch_fractures = [], 0
+        if loss > EXPLODING_LOSS * self._lowest_loss:
+            raise self._diverged(
+                f"the training loss rose to {loss:.3g}, {loss / self._lowest_loss:.3g} times its lowest "
+                f"({self._lowest_loss:.3g})"
+            )
+        self._lowest_loss = min(self._lowest_loss, loss)
 
     def _log_epoch(self, stage: str) -> None:
         metrics = self.metrics[f"{stage}_metrics"]
@@ -189,6 +234,7 @@ class FractureFlowModule(L.LightningModule):
         self._step(batch, "test")
 
     def on_train_epoch_end(self) -> None:
+        self._check_divergence()
         self._log_epoch("train")
 
     def on_validation_epoch_end(self) -> None:

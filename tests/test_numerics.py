@@ -1,0 +1,80 @@
+"""Numerics that speak: a solve that is no solution raises, a barrier across the fracture is named, a loose solver
+tolerance is refused, a diverging run says which learning rate to lower, and fixed heads stay out of the metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from test_train import make_dataset, run_train
+
+from flowlearn import DarcyProblem, ProblemError, solve_pressure
+from flowlearn.errors import ConfigError, SolutionError
+from flowlearn.training.config import validate_config
+from flowlearn.training.metrics import pixel_errors
+
+
+@pytest.mark.parametrize("solver", ["cholmod", "superlu"])
+def test_a_log_k_jump_beyond_float64_raises_instead_of_returning_heads_outside_the_range(solver):
+    # Without sources the heads lie in [1, 2] (maximum principle); a jump of 80 in log K (conductances e^40 apart
+    # at one node) leaves float64, and the factorisation returns rounding noise below 1 -- never silently.
+    problem = DarcyProblem.fracture((20, 24))
+    log_k = torch.zeros(20, 24, dtype=torch.float64)
+    log_k[10, 12] = 80.0
+    with pytest.raises(
+        SolutionError, match=r"outside the Dirichlet range \[1, 2\].*jumps by 80 between pixels"
+    ):
+        solve_pressure(log_k, problem, solver=solver)
+    # A jump of 30 is within float64's reach: a solution, inside the range.
+    log_k[10, 12] = 30.0
+    pressure = solve_pressure(log_k, problem, solver=solver)
+    assert 1.0 <= float(pressure.min()) and float(pressure.max()) <= 2.0
+
+
+def test_a_barrier_across_the_fracture_names_its_pixels():
+    active = np.ones((8, 12), dtype=bool)
+    active[:, 6] = False
+    with pytest.raises(
+        ProblemError, match=r"no active path joins the inlet.*ends at column 5.*8 inactive pixel"
+    ):
+        DarcyProblem.fracture((8, 12), active=active, drop_unconnected=True)
+    active[3, 6] = True  # one open pixel lets the flow through
+    assert DarcyProblem.fracture((8, 12), active=active, drop_unconnected=True).active.sum() == 8 * 12 - 7
+
+
+@pytest.mark.parametrize("key", ["solver.rtol", "solver.reltol"])
+def test_a_solver_tolerance_looser_than_the_data_is_refused(tmp_path, key):
+    path = tmp_path / "data.h5"
+    path.touch()
+    cfg = OmegaConf.create({"data": {"path": str(path)}})
+    OmegaConf.update(cfg, key, 0.9, force_add=True)
+    with pytest.raises(ConfigError, match=rf"{key}=0.9 is looser than the reference pressures"):
+        validate_config(cfg)
+    OmegaConf.update(cfg, key, 1e-8)
+    validate_config(cfg)
+
+
+def test_fixed_heads_stay_out_of_the_pixel_metrics():
+    # A perfect model everywhere but the outlet column, whose fixed head differs from the reference (as LBM
+    # pressures do at a rough outlet): the metrics over the free pixels see no error.
+    problem = DarcyProblem.fracture((6, 8))
+    reference = torch.from_numpy(np.tile(np.linspace(2, 1, 8), (6, 1)))[None]
+    predicted = reference.clone()
+    predicted[..., -1] = 1.01
+    free = torch.from_numpy(problem.free)[None]
+    active = torch.from_numpy(problem.active)[None]
+    assert float(pixel_errors(predicted, reference, free)["rel_err_max"][0]) == 0.0
+    assert float(pixel_errors(predicted, reference, active)["rel_err_max"][0]) == pytest.approx(1.0)
+
+
+def test_a_diverging_run_says_to_lower_the_learning_rate(tmp_path):
+    dataset = make_dataset(tmp_path / "data.h5", count=4, shape=(16, 20))
+    result = run_train(
+        f"data.path={dataset}", "optimizer.lr=3", "trainer.max_epochs=20", "~callbacks.figures",
+        run_dir=tmp_path / "run", check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "training diverged" in line and "lower optimizer.lr (now 3)" in line
