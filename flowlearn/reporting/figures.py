@@ -235,10 +235,11 @@ def plot_pressure(fields: FractureFields) -> Figure:
 def plot_error(fields: FractureFields) -> Figure:
     """Pixel-wise relative error |p̂ − p|/p in % of the cubic law and the learned model, on one shared scale.
 
-    Titles carry the mean and max over every solved pixel (the whole volume for 3D fields, not only the slice).
+    Titles carry the mean and max over the pixels the metrics compare (solved, less the fixed inlet and outlet
+    columns; the whole volume for 3D fields, not only the slice).
     """
     fig, axes = _row(2, fields)
-    mask = fields.solved
+    mask = fields.compared
     cubic, cubic_mean, cubic_max = error_map(fields.pressure_cubic, fields.pressure_reference, mask)
     learned, learned_mean, learned_max = error_map(fields.pressure, fields.pressure_reference, mask)
     norm = Normalize(0, max(cubic_max, learned_max, 1e-12))
@@ -317,7 +318,7 @@ def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
     apertures, aperture_norm, aperture_label, aperture_extend = _aperture_maps(rows)
     corrections, correction_cmap, correction_norm, correction_label = _correction_maps(rows)
     errors = [
-        [error_map(p, f.pressure_reference, f.solved) for p in (f.pressure_cubic, f.pressure)] for f in rows
+        [error_map(p, f.pressure_reference, f.compared) for p in (f.pressure_cubic, f.pressure)] for f in rows
     ]
     error_norm = Normalize(0, max(max(e[0][2], e[1][2]) for e in errors))
     for r, f in enumerate(rows):

@@ -78,6 +78,14 @@ class FractureFields:
         """bool mask of the pixels where both solves produced a pressure: active and connected to a face."""
         return self.active & np.isfinite(self.pressure) & np.isfinite(self.pressure_cubic)
 
+    @property
+    def compared(self) -> np.ndarray:
+        """bool mask of the pixels the metrics compare: the solved ones less the inlet and outlet columns, whose
+        heads are fixed in the fracture setup (see :mod:`flowlearn.training.metrics`)."""
+        mask = self.solved.copy()
+        mask[..., 0] = mask[..., -1] = False
+        return mask
+
 
 def group_name(key: str) -> str:
     """The group of a fracture key ``"<file stem>/<group>"``: one level, ``<stem>__<group>``."""
