@@ -4,6 +4,7 @@ A batch is a dict:
 
 - ``aperture``: float (B, H, W), the aperture map in the file's unit (metres for the flowlearn layout);
 - ``pressure``: float (B, H, W), the reference pressure, mapped to ``heads`` when set (default inlet 2, outlet 1);
+  absent for aperture maps without one, which a dataset reads only with ``require_pressure=False`` (prediction);
 - ``active``: bool (B, H, W), cells that carry flow (aperture > 0 and inside the file's mask);
 - ``inlet_pressure``, ``outlet_pressure``: float (B,), the pressures at the inlet and outlet faces of ``pressure``;
 - ``name``: list of B strings, ``"<file stem>/<group>"``.
@@ -27,6 +28,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
 from flowlearn.data.schema import list_fractures, open_file, read_open
+from flowlearn.errors import DataValidationError
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,12 @@ class FractureDataset(Dataset):
         refs: Sequence[FractureRef],
         heads: tuple[float, float] | None = (2.0, 1.0),
         dtype: torch.dtype = torch.float64,
+        require_pressure: bool = True,
     ) -> None:
         self.refs = list(refs)
         self.heads = heads
         self.dtype = dtype
+        self.require_pressure = require_pressure
         self._files: dict[str, h5py.File] = {}
         self._pid: int | None = None
 
@@ -120,16 +124,25 @@ class FractureDataset(Dataset):
     def __getitem__(self, index: int) -> dict:
         ref = self.refs[index]
         fr = read_open(self._file(ref.path), ref.name)
-        pressure = fr.pressure.astype(np.float64)
         inlet, outlet = fr.inlet_pressure, fr.outlet_pressure
-        if self.heads is not None:
-            pressure = self.heads[1] + (pressure - outlet) * (self.heads[0] - self.heads[1]) / (
-                inlet - outlet
+        item = {}
+        if fr.pressure is not None:
+            pressure = fr.pressure.astype(np.float64)
+            if self.heads is not None:
+                pressure = self.heads[1] + (pressure - outlet) * (self.heads[0] - self.heads[1]) / (
+                    inlet - outlet
+                )
+            item["pressure"] = torch.as_tensor(pressure, dtype=self.dtype)
+        elif self.require_pressure:
+            raise DataValidationError(
+                f"{ref.path}: group '{ref.name}': field 'pressure': missing; training needs the reference pressure "
+                "(an aperture map alone can be predicted on, with flowlearn predict)"
             )
+        if self.heads is not None:
             inlet, outlet = self.heads
         return {
+            **item,
             "aperture": torch.as_tensor(fr.aperture.astype(np.float64), dtype=self.dtype),
-            "pressure": torch.as_tensor(pressure, dtype=self.dtype),
             "active": torch.as_tensor(fr.active),
             "inlet_pressure": torch.tensor(inlet, dtype=self.dtype),
             "outlet_pressure": torch.tensor(outlet, dtype=self.dtype),

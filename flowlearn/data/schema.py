@@ -11,13 +11,14 @@ flowlearn layout (``layout="flowlearn"``)::
                                               the inlet is index 0 along it, the outlet the last index
                              provenance       JSON object: generator parameters, LBM settings, seed, versions
     /<name>/aperture       float (H, W) or (D, H, W), metres; 0 marks a contact spot (inactive cell)
-    /<name>/pressure       float, same shape, in the units of inlet/outlet_pressure
+    /<name>/pressure       optional float, same shape, in the units of inlet/outlet_pressure; absent in files of
+                           aperture maps to predict on (then inlet/outlet_pressure are optional, default 2 and 1)
     /<name>/mask           optional bool, same shape; False marks further inactive cells
 
 Original layout (``layout="original"``), as written by the LBM workflow of the original work::
 
     /<name>/aperture_field   float (1, 1, H, W)
-    /<name>/pressure_field   float (1, 1, H, W), inlet (column 0) at 2, outlet (last column) at 1
+    /<name>/pressure_field   optional float (1, 1, H, W), inlet (column 0) at 2, outlet (last column) at 1
 
 It carries no attributes; reading it assumes inlet 2, outlet 1, flow along x and an unknown voxel size.
 
@@ -45,10 +46,12 @@ from flowlearn.errors import DataValidationError
 SCHEMA_NAME = "flowlearn-fractures"
 SCHEMA_VERSION = 1
 FLOW_AXES = {"x": -1, "y": -2, "z": -3}
-REQUIRED_ATTRS = ("voxel_size", "inlet_pressure", "outlet_pressure", "flow_axis")
-FLOWLEARN_FIELDS = ("aperture", "pressure")
-OPTIONAL_FIELDS = ("mask",)
-ORIGINAL_FIELDS = ("aperture_field", "pressure_field")
+REQUIRED_ATTRS = ("voxel_size", "flow_axis")
+PRESSURE_ATTRS = ("inlet_pressure", "outlet_pressure")  # required where the group holds a pressure
+FLOWLEARN_FIELDS = ("aperture",)
+OPTIONAL_FIELDS = ("pressure", "mask")
+ORIGINAL_FIELDS = ("aperture_field",)
+ORIGINAL_OPTIONAL_FIELDS = ("pressure_field",)
 # Tolerance on the boundary columns, as a fraction of |inlet - outlet|. LBM pressure is not exactly uniform
 # across a rough inlet face (the shared original file deviates by up to 0.3%), so a column is judged by its
 # mean over active cells.
@@ -65,7 +68,8 @@ class Fracture:
         name: group name in the file.
         aperture: float array (H, W) or (D, H, W), metres (or the source's unit when ``voxel_size`` is NaN);
             zero marks a contact spot.
-        pressure: float array of the same shape; values at inactive cells carry no information.
+        pressure: float array of the same shape, or None for an aperture map without a reference (which can be
+            predicted on, not trained on); values at inactive cells carry no information.
         mask: optional bool array of the same shape; False marks cells inactive beyond the contact spots.
         voxel_size: metres per voxel, NaN when unknown.
         inlet_pressure, outlet_pressure: pressures imposed at index 0 and at the last index of ``flow_axis``.
@@ -75,7 +79,7 @@ class Fracture:
 
     name: str
     aperture: np.ndarray
-    pressure: np.ndarray
+    pressure: np.ndarray | None
     mask: np.ndarray | None = None
     voxel_size: float = math.nan
     inlet_pressure: float = 2.0
@@ -122,9 +126,10 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
     """
     g = fracture.name
     ap, p = fracture.aperture, fracture.pressure
+    fields = (("aperture", ap),) if p is None else (("aperture", ap), ("pressure", p))
     if ap.ndim not in (2, 3):
         raise DataValidationError(f"{_where(path, g, 'aperture')}: expected 2D or 3D, got shape {ap.shape}")
-    if p.shape != ap.shape:
+    if p is not None and p.shape != ap.shape:
         raise DataValidationError(
             f"{_where(path, g, 'pressure')}: shape {p.shape} does not match aperture shape {ap.shape}"
         )
@@ -132,7 +137,7 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
         raise DataValidationError(
             f"{_where(path, g, 'mask')}: shape {fracture.mask.shape} does not match aperture shape {ap.shape}"
         )
-    for fname, arr in (("aperture", ap), ("pressure", p)):
+    for fname, arr in fields:
         if not np.issubdtype(arr.dtype, np.floating):
             raise DataValidationError(f"{_where(path, g, fname)}: expected a float dtype, got {arr.dtype}")
         fault = nonfinite(arr)
@@ -149,7 +154,8 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
             f"{_where(path, g)}: attribute 'flow_axis' is {fracture.flow_axis!r}; "
             f"expected one of {sorted(FLOW_AXES)} that exists for a {ap.ndim}D array"
         )
-    _check_boundaries(fracture, path)
+    if p is not None:
+        _check_boundaries(fracture, path)
 
 
 def _check_boundaries(fracture: Fracture, path: str | os.PathLike) -> None:
@@ -244,8 +250,10 @@ def _group_names(f: h5py.File, path: str | os.PathLike) -> list[str]:
     return sorted(names)
 
 
-def _check_members(path: str | os.PathLike, name: str, g: h5py.Group, required: Sequence[str]) -> None:
-    allowed = set(required) | (set(OPTIONAL_FIELDS) if required == FLOWLEARN_FIELDS else set())
+def _check_members(
+    path: str | os.PathLike, name: str, g: h5py.Group, required: Sequence[str], optional: Sequence[str]
+) -> None:
+    allowed = set(required) | set(optional)
     for member in required:
         if member not in g:
             raise DataValidationError(f"{_where(path, name, member)}: missing field")
@@ -265,23 +273,26 @@ def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout
     if not isinstance(g, h5py.Group):
         raise DataValidationError(f"{_where(path, name)}: expected a group, found a dataset")
     if layout == "original":
-        _check_members(path, name, g, ORIGINAL_FIELDS)
-        arrays = {}
-        for fname in ORIGINAL_FIELDS:
+        _check_members(path, name, g, ORIGINAL_FIELDS, ORIGINAL_OPTIONAL_FIELDS)
+        arrays = {"pressure_field": None}
+        for fname in (f for f in (*ORIGINAL_FIELDS, *ORIGINAL_OPTIONAL_FIELDS) if f in g):
             arr = _read_dataset(path, name, g, fname)
             if arr.ndim != 4 or arr.shape[:2] != (1, 1):
                 raise DataValidationError(
                     f"{_where(path, name, fname)}: expected shape (1, 1, H, W), got {arr.shape}"
                 )
             arrays[fname] = arr[0, 0]
-        if arrays["pressure_field"].shape != arrays["aperture_field"].shape:
+        if (
+            arrays["pressure_field"] is not None
+            and arrays["pressure_field"].shape != arrays["aperture_field"].shape
+        ):
             raise DataValidationError(
                 f"{_where(path, name, 'pressure_field')}: shape {arrays['pressure_field'].shape} does not "
                 f"match aperture_field shape {arrays['aperture_field'].shape}"
             )
         return Fracture(name=name, aperture=arrays["aperture_field"], pressure=arrays["pressure_field"])
-    _check_members(path, name, g, FLOWLEARN_FIELDS)
-    for attr in REQUIRED_ATTRS:
+    _check_members(path, name, g, FLOWLEARN_FIELDS, OPTIONAL_FIELDS)
+    for attr in (*REQUIRED_ATTRS, *(PRESSURE_ATTRS if "pressure" in g else ())):
         if attr not in g.attrs:
             raise DataValidationError(f"{_where(path, name)}: missing attribute '{attr}'")
     mask = _read_dataset(path, name, g, "mask").astype(bool) if "mask" in g else None
@@ -289,11 +300,11 @@ def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout
     return Fracture(
         name=name,
         aperture=_read_dataset(path, name, g, "aperture"),
-        pressure=_read_dataset(path, name, g, "pressure"),
+        pressure=_read_dataset(path, name, g, "pressure") if "pressure" in g else None,
         mask=mask,
         voxel_size=float(g.attrs["voxel_size"]),
-        inlet_pressure=float(g.attrs["inlet_pressure"]),
-        outlet_pressure=float(g.attrs["outlet_pressure"]),
+        inlet_pressure=float(g.attrs.get("inlet_pressure", 2.0)),
+        outlet_pressure=float(g.attrs.get("outlet_pressure", 1.0)),
         flow_axis=flow_axis.decode() if isinstance(flow_axis, bytes) else str(flow_axis),
         provenance=json.loads(g.attrs.get("provenance", "{}")),
     )
@@ -409,7 +420,8 @@ def write_fractures(
             for fr in fractures:
                 g = f.create_group(fr.name)
                 g.create_dataset("aperture_field", data=fr.aperture[None, None].astype(np.float32))
-                g.create_dataset("pressure_field", data=fr.pressure[None, None].astype(np.float32))
+                if fr.pressure is not None:
+                    g.create_dataset("pressure_field", data=fr.pressure[None, None].astype(np.float32))
         else:
             f.attrs["schema"] = SCHEMA_NAME
             f.attrs["schema_version"] = SCHEMA_VERSION
@@ -417,7 +429,8 @@ def write_fractures(
                 g = f.create_group(fr.name)
                 opts = {"compression": "gzip", "compression_opts": 4, "shuffle": True}
                 g.create_dataset("aperture", data=fr.aperture, **opts)
-                g.create_dataset("pressure", data=fr.pressure, **opts)
+                if fr.pressure is not None:
+                    g.create_dataset("pressure", data=fr.pressure, **opts)
                 if fr.mask is not None:
                     g.create_dataset("mask", data=fr.mask.astype(bool), **opts)
                 g.attrs["voxel_size"] = float(fr.voxel_size)

@@ -219,11 +219,17 @@ def plot_correction(fields: FractureFields) -> Figure:
 
 
 def plot_pressure(fields: FractureFields) -> Figure:
-    """Reference (LBM), cubic-law and learned pressure on one shared scale (three panels, one colourbar)."""
-    fig, axes = _row(3, fields)
-    images = [_masked(fields, p) for p in (fields.pressure_reference, fields.pressure_cubic, fields.pressure)]
+    """Reference (LBM), cubic-law and learned pressure on one shared scale (one panel each, one colourbar); without
+    a reference (a prediction on an aperture map), the other two."""
+    panels = [
+        ("reference (LBM)", fields.pressure_reference),
+        (CUBIC_LAW, fields.pressure_cubic),
+        (f"learned {fields.correction_name}", fields.pressure),
+    ]
+    titles, pressures = zip(*[(title, p) for title, p in panels if p is not None])
+    fig, axes = _row(len(pressures), fields)
+    images = [_masked(fields, p) for p in pressures]
     norm = Normalize(min(float(np.nanmin(i)) for i in images), max(float(np.nanmax(i)) for i in images))
-    titles = ("reference (LBM)", CUBIC_LAW, f"learned {fields.correction_name}")
     for ax, image, title in zip(axes, images, titles):
         im = _show(ax, fields, image, _cmap("viridis"), norm)
         ax.set_title(f"pressure: {title}")
@@ -370,15 +376,16 @@ def figure_set(
     fields: Sequence[FractureFields], columns: Mapping[str, np.ndarray] | None = None
 ) -> dict[str, Figure]:
     """Every figure of a run, keyed by file stem: ``aperture``, ``correction``, ``pressure``, ``error`` (of the
-    :func:`showcase` fracture), ``curves`` (when ``columns`` are given) and ``gallery`` (when the run holds more
-    than one held-out fracture)."""
+    :func:`showcase` fracture, when it has a reference pressure), ``curves`` (when ``columns`` are given) and
+    ``gallery`` (when the run holds more than one held-out fracture)."""
     shown = showcase(fields)
     figures = {
         "aperture": plot_aperture(shown),
         "correction": plot_correction(shown),
         "pressure": plot_pressure(shown),
-        "error": plot_error(shown),
     }
+    if shown.pressure_reference is not None:
+        figures["error"] = plot_error(shown)
     if columns is not None:
         figures["curves"] = plot_curves(columns)
     held_out = [f for f in fields if f.split in HELD_OUT]

@@ -16,13 +16,13 @@ def predict(
     output: str | Path,
     checkpoint: str | Path | None = None,
 ) -> int:
-    """Apply a trained run to the fractures in ``inputs`` (HDF5, either layout) and write ``output`` (the
-    schema of :mod:`flowlearn.training.predictions`, split ``predict``).
+    """Apply a trained run to the fractures in ``inputs`` (HDF5, either layout, with or without a reference pressure)
+    and write ``output`` (the schema of :mod:`flowlearn.training.predictions`, split ``predict``).
 
     Returns the number of fractures written.
     """
     module, _ = load_run(run_dir, checkpoint)
-    dataset = FractureDataset(find_fractures([str(p) for p in inputs]))
+    dataset = FractureDataset(find_fractures([str(p) for p in inputs]), require_pressure=False)
     try:
         return write_predictions(module, [("predict", dataset)], output)
     finally:

@@ -7,7 +7,7 @@ with datasets shaped like the aperture map (:data:`FIELD_NAMES`; float64 but ``a
 - ``correction``: the learned W (cubic and transmissivity laws) or exponent w (exponent law);
 - ``log_k``: natural log of the conductivity the solve used;
 - ``pressure``: predicted pressure (NaN at inactive pixels), ``pressure_cubic``: the plain cubic law's;
-- ``pressure_reference``: the reference (LBM) pressure of the input;
+- ``pressure_reference``: the reference (LBM) pressure of the input, absent where the input has none;
 
 and attributes ``law``, ``correction_name``, ``split`` (train/val/test, or ``predict``) and ``voxel_size`` (metres
 per pixel, NaN when the input does not say). Files are written atomically.
@@ -57,7 +57,7 @@ class FractureFields:
         log_k: natural log of the conductivity the solve used.
         pressure: learned-model pressure, NaN where no flow was solved.
         pressure_cubic: plain cubic-law pressure (W = 1).
-        pressure_reference: reference (LBM) pressure.
+        pressure_reference: reference (LBM) pressure, None where the input had none (an aperture map to predict on).
     """
 
     name: str
@@ -71,7 +71,7 @@ class FractureFields:
     log_k: np.ndarray
     pressure: np.ndarray
     pressure_cubic: np.ndarray
-    pressure_reference: np.ndarray
+    pressure_reference: np.ndarray | None
 
     @property
     def solved(self) -> np.ndarray:
@@ -116,8 +116,9 @@ def predict_fields(
         "log_k": fields["log_k"][0],
         "pressure": fields["pressure"][0],
         "pressure_cubic": module.cubic_pressure(batch)[0],
-        "pressure_reference": batch["pressure"][0],
     }
+    if "pressure" in batch:
+        data["pressure_reference"] = batch["pressure"][0]
     arrays = {name: value.detach().cpu().numpy() for name, value in data.items()}
     return FractureFields(
         name=group_name(item["name"]),
@@ -125,6 +126,7 @@ def predict_fields(
         law=module.law.name,
         correction_name=module.law.correction_name,
         voxel_size=_voxel_size(dataset.refs[index]),
+        pressure_reference=arrays.pop("pressure_reference", None),
         **{name: a if a.dtype == bool else a.astype(np.float64) for name, a in arrays.items()},
     )
 
@@ -161,7 +163,8 @@ def _write_group(out: h5py.File, fields: FractureFields) -> None:
         }
     )
     for name in FIELD_NAMES:
-        group.create_dataset(name, data=getattr(fields, name))
+        if getattr(fields, name) is not None:
+            group.create_dataset(name, data=getattr(fields, name))
 
 
 def read_predictions(path: str | Path) -> list[FractureFields]:
@@ -180,7 +183,7 @@ def read_predictions(path: str | Path) -> list[FractureFields]:
                 law=str(group.attrs["law"]),
                 correction_name=str(group.attrs["correction_name"]),
                 voxel_size=float(group.attrs.get("voxel_size", math.nan)),
-                **{field: group[field][()] for field in FIELD_NAMES},
+                **{field: group[field][()] if field in group else None for field in FIELD_NAMES},
             )
             for name, group in f.items()
         ]
