@@ -26,6 +26,10 @@ class ConfigError(ValueError):
     """A training config value that cannot work; the message names the option."""
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read, or an output folder that cannot be written; the message names it."""
+
+
 class DataValidationError(ValueError):
     """A fracture file, group or field that violates the schema. The message names file, group and field."""
 
@@ -65,6 +69,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     SolveInputError,
     ConvergenceError,
     ConfigError,
+    CheckpointError,
     DataValidationError,
     UnavailableError,
     FileNotFoundError,
