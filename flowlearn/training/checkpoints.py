@@ -38,7 +38,9 @@ Row = dict[str, str]
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` that replaces a checkpoint atomically (temporary file beside it, fsync, rename)."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:
@@ -165,7 +167,9 @@ def check_writable(folder: Path) -> None:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as error:
-        raise CheckpointError(f"cannot write to the output folder {folder}: {error.strerror or error}") from None
+        raise CheckpointError(
+            f"cannot write to the output folder {folder}: {error.strerror or error}"
+        ) from None
 
 
 def checkpoint_epoch(path: Path) -> int:

@@ -88,7 +88,8 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     logger = instantiate(cfg.logger)
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
     ckpt_path = to_absolute_path(cfg.ckpt_path) if cfg.ckpt_path else None
-    prepare_outputs(run_dir, callbacks, logger, ckpt_path)  # unwritable folders, bad ckpt_path: before training
+    # An unwritable output folder or a broken ckpt_path fails here, before any training.
+    prepare_outputs(run_dir, callbacks, logger, ckpt_path)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if datamodule.splits["test"].refs:
         trainer.test(module, datamodule=datamodule, verbose=False)
