@@ -162,6 +162,10 @@ class RunCSVLogger(CSVLogger):
 
 def check_writable(folder: Path) -> None:
     """Create ``folder`` if needed and write a probe file in it; raise :class:`CheckpointError` naming it."""
+    if folder.exists() and not folder.is_dir():
+        raise CheckpointError(
+            f"cannot write to the output folder {folder}: a file of that name is in the way"
+        )
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
@@ -196,9 +200,10 @@ def checkpoint_epoch(path: Path) -> int:
 
 
 def prepare_outputs(
-    run_dir: Path, callbacks: Iterable[L.Callback], logger: Any, ckpt_path: str | None
+    run_dir: Path, callbacks: Sequence[L.Callback], logger: Any, ckpt_path: str | None
 ) -> None:
-    """Before training: check the output folders and ``ckpt_path``, and continue the resumed run's metrics.
+    """Before training: check the output folders and ``ckpt_path``, remove partial checkpoint files left by a
+    killed run, and continue the resumed run's metrics.
 
     ``metrics.csv`` continues from the rows of the checkpoint's own run (``<run>/checkpoints/<file>.ckpt``) up
     to the checkpoint's epoch, whether the resumed run writes into that folder or a new one.
@@ -208,8 +213,22 @@ def prepare_outputs(
         folders.append(Path(logger.log_dir))
     for folder in folders:
         check_writable(folder)
+    for callback in callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath:
+            # A process killed while writing a checkpoint leaves its partial temporary file (named by
+            # atomic_path); the checkpoint it was replacing is whole.
+            for stale in Path(callback.dirpath).glob(".*.ckpt.*.tmp"):
+                stale.unlink(missing_ok=True)
     if ckpt_path is None:
         return
     epoch = checkpoint_epoch(Path(ckpt_path))
+    resumed = Path(ckpt_path).resolve()
+    for callback in callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath == str(resumed.parent):
+            # Checkpoints newer than the resumed one (e.g. a best-*.ckpt written just before a kill) belong to
+            # epochs this run does again; left there, they would outlive the callback's own bookkeeping.
+            for later in resumed.parent.glob("*.ckpt"):
+                if later.stat().st_mtime_ns > resumed.stat().st_mtime_ns:
+                    later.unlink()
     if isinstance(logger, RunCSVLogger):
         logger.resume(Path(ckpt_path).resolve().parent.parent / ExperimentWriter.NAME_METRICS_FILE, epoch)
