@@ -149,39 +149,50 @@ def test_truncated_ckpt_path_stops_the_run_with_one_line(flat_run, dataset, tmp_
     assert "Epoch" not in result.stdout + result.stderr
 
 
-# Runs train.py with torch.save patched to stop half-way through writing the last.ckpt of epoch PAUSE_EPOCH: it
-# writes half the bytes, records the file it was writing and sleeps until killed.
+# Runs train.py paused at one point of epoch PAUSE_EPOCH until killed: "checkpoint" stops half-way through
+# writing its last.ckpt (torch.save writes half the bytes, records the file); "train_row" stops after that
+# checkpoint is written, before its train row reaches metrics.csv.
 PAUSE_EPOCH = 2
 PAUSING_TRAIN = """
 import io, runpy, sys, time
 from pathlib import Path
 import torch
+from flowlearn.training import checkpoints
 
-real_save = torch.save
-marker, epoch, script = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+marker, point, epoch, script = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+real_save, real_write = torch.save, checkpoints._RunWriter.save
 
-def pausing_save(obj, fh, *args, **kwargs):
+def pause(what):
+    marker.write_text(what)
+    time.sleep(600)
+
+def half_save(obj, fh, *args, **kwargs):
     name = Path(getattr(fh, "name", str(fh)))
-    if name.name.startswith(".last.ckpt.") and obj.get("epoch") == epoch:
+    if point == "checkpoint" and name.name.startswith(".last.ckpt.") and obj.get("epoch") == epoch:
         buffer = io.BytesIO()
         real_save(obj, buffer, *args, **kwargs)
         fh.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
         fh.flush()
-        marker.write_text(str(name))
-        time.sleep(600)
+        pause(str(name))
     return real_save(obj, fh, *args, **kwargs)
 
-torch.save = pausing_save
-sys.argv = sys.argv[3:]
+def held_write(writer):
+    if point == "train_row" and any(m.get("epoch") == epoch and "train/loss" in m for m in writer.metrics):
+        pause("train row")
+    return real_write(writer)
+
+torch.save = half_save
+checkpoints._RunWriter.save = held_write
+sys.argv = sys.argv[4:]
 runpy.run_path(script, run_name="__main__")
 """
 
 
-def test_kill_while_writing_a_checkpoint_then_resume_continues_the_run(dataset, tmp_path):
-    run_dir, marker = tmp_path / "run", tmp_path / "writing"
+def kill_at(point: str, run_dir: Path, marker: Path, *extra: str) -> str:
+    """Run train.py until it pauses at ``point`` of epoch PAUSE_EPOCH, SIGKILL it; what it was writing."""
     command = [
-        sys.executable, "-c", PAUSING_TRAIN, str(marker), str(PAUSE_EPOCH), str(ROOT / "train.py"),
-        f"hydra.run.dir={run_dir}", *overrides(dataset),
+        sys.executable, "-c", PAUSING_TRAIN, str(marker), point, str(PAUSE_EPOCH), str(ROOT / "train.py"),
+        f"hydra.run.dir={run_dir}", *extra,
     ]  # fmt: skip
     process = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -191,10 +202,16 @@ def test_kill_while_writing_a_checkpoint_then_resume_continues_the_run(dataset, 
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     _, stderr = process.communicate()
-    assert marker.exists(), f"the run never reached the paused write:\n{stderr[-3000:]}"
+    assert marker.exists(), f"the run never reached the pause at {point}:\n{stderr[-3000:]}"
+    return marker.read_text()
+
+
+def test_kill_while_writing_a_checkpoint_then_resume_continues_the_run(dataset, tmp_path):
+    run_dir = tmp_path / "run"
+    partial = Path(kill_at("checkpoint", run_dir, tmp_path / "writing", *overrides(dataset)))
 
     # Killed mid-write: the partial file is a temporary beside last.ckpt; last.ckpt is epoch PAUSE_EPOCH - 1.
-    partial, last = Path(marker.read_text()), run_dir / "checkpoints" / "last.ckpt"
+    last = run_dir / "checkpoints" / "last.ckpt"
     assert partial.parent == last.parent and 0 < partial.stat().st_size
     assert stored_epoch(last) == PAUSE_EPOCH - 1
     # The killed process logged its validation of epoch PAUSE_EPOCH, which the resumed run repeats.
@@ -203,6 +220,12 @@ def test_kill_while_writing_a_checkpoint_then_resume_continues_the_run(dataset, 
     # Resuming into a new folder starts its metrics.csv with the checkpoint run's rows up to the checkpoint.
     elsewhere = tmp_path / "elsewhere"
     run_train(*overrides(dataset, f"ckpt_path={last}"), run_dir=elsewhere)
+
+    # Resume into the same folder, killed again just after last.ckpt of epoch PAUSE_EPOCH is written: that
+    # epoch's train row is not in metrics.csv; the checkpoint carries it.
+    kill_at("train_row", run_dir, tmp_path / "logging", *overrides(dataset, f"ckpt_path={last}"))
+    assert stored_epoch(last) == PAUSE_EPOCH
+    assert epoch_counts(run_dir, "train/loss") == {e: 1 for e in range(PAUSE_EPOCH)}
     # Resuming into the same folder continues its metrics.csv and its checkpoints.
     run_train(*overrides(dataset, f"ckpt_path={last}"), run_dir=run_dir)
 
@@ -214,6 +237,10 @@ def test_kill_while_writing_a_checkpoint_then_resume_continues_the_run(dataset, 
         steps = [int(row["step"]) for row in read_rows(folder / "metrics.csv")[1]]
         assert steps == sorted(steps)
         assert stored_epoch(folder / "checkpoints" / "last.ckpt") == EPOCHS - 1
+    # Both folders hold the same rows (epoch, step), whatever the interruptions.
+    assert [(r["epoch"], r["step"]) for r in read_rows(elsewhere / "metrics.csv")[1]] == [
+        (r["epoch"], r["step"]) for r in read_rows(run_dir / "metrics.csv")[1]
+    ]
     # Same folder: the same last.ckpt carried on (no last-v1.ckpt), the partial temporary file cleared away.
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert names[-1] == "last.ckpt" and len(names) == 2 and names[0].startswith("best-epoch=")

@@ -31,8 +31,10 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from flowlearn.data.schema import atomic_path
 from flowlearn.errors import CheckpointError
+from flowlearn.training.metrics import STAGES
 
 Row = dict[str, str]
+EPOCH_ROW = "epoch_row"
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -48,13 +50,25 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class EpochCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` that also writes ``last.ckpt`` at the end of every epoch, improved or not."""
+    """``ModelCheckpoint`` that also writes ``last.ckpt`` at the end of every epoch, improved or not.
+
+    Each checkpoint also carries the epoch's ``train/*`` row of ``metrics.csv`` (state key ``epoch_row``):
+    Lightning logs that row only after the epoch's checkpoints are written, so a run killed in between would
+    otherwise lose it for good (the resumed run starts with the next epoch).
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._last_saved_step = -1
+        self._epoch_row: dict[str, float] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), EPOCH_ROW: self._epoch_row}
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The row Lightning logs after this hook: the epoch-level train metrics, at the epoch's last step.
+        train = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{STAGES[0]}/")}
+        self._epoch_row = {**train, "epoch": trainer.current_epoch, "step": trainer.global_step - 1}
         super().on_train_epoch_end(trainer, pl_module)
         if self._should_save_on_train_epoch_end(trainer):
             self._ensure_last(trainer)
@@ -124,8 +138,7 @@ class RunCSVLogger(CSVLogger):
     """``CSVLogger`` writing ``<save_dir>/metrics.csv`` after every logged row, and continuing it on resume.
 
     Each save rewrites the whole file atomically (epoch-level rows, a few per epoch), so a kill never leaves a
-    partial ``metrics.csv`` and loses at most the rows logged since the last checkpoint, which the resumed run
-    logs again.
+    partial ``metrics.csv``, and it holds every row logged before the kill.
     """
 
     def __init__(
@@ -140,16 +153,24 @@ class RunCSVLogger(CSVLogger):
         self._header: list[str] = []
         self._history: list[Row] = []
 
-    def resume(self, metrics_csv: Path, epoch: int) -> None:
+    def resume(self, metrics_csv: Path, epoch: int, epoch_rows: Sequence[dict[str, float]] = ()) -> None:
         """Start from the rows of ``metrics_csv`` of epochs ``<= epoch`` (the checkpoint's last completed epoch).
 
         Rows of later epochs were logged by the process that was stopped after that checkpoint, and the
-        resumed run logs those epochs again.
+        resumed run logs those epochs again. ``epoch_rows`` (carried by the checkpoint) are added where
+        ``metrics.csv`` lacks a row of the same epoch and columns, i.e. where the run was stopped before
+        logging them.
         """
         if self._experiment is not None:
             raise RuntimeError("resume() must be called before anything is logged")
         self._header, rows = read_rows(metrics_csv)
         self._history = rows_up_to(rows, epoch)
+        for extra in epoch_rows:
+            names = set(extra) - {"epoch", "step"}
+            same_epoch = [row for row in self._history if int(float(row["epoch"])) == extra["epoch"]]
+            if not any(all(row.get(name) for name in names) for row in same_epoch):
+                self._history.append({name: str(value) for name, value in extra.items()})
+                self._header = sorted(set(self._header) | set(extra))
 
     @property
     @rank_zero_experiment
@@ -177,7 +198,12 @@ def check_writable(folder: Path) -> None:
 
 
 def checkpoint_epoch(path: Path) -> int:
-    """The last completed epoch stored in the Lightning checkpoint ``path``; :class:`CheckpointError` if unusable.
+    """The last completed epoch stored in the Lightning checkpoint ``path``; :class:`CheckpointError` if unusable."""
+    return int(read_checkpoint(path)["epoch"])
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """The Lightning checkpoint ``path``, loaded on the CPU; :class:`CheckpointError` if unusable.
 
     Reads the whole file, so a truncated, empty or foreign file fails here, before any training, with one line
     naming it.
@@ -196,7 +222,7 @@ def checkpoint_epoch(path: Path) -> int:
         ) from None
     if not isinstance(checkpoint, dict) or not {"epoch", "global_step", "state_dict"} <= set(checkpoint):
         raise CheckpointError(f"ckpt_path: {path} is not a Lightning training checkpoint")
-    return int(checkpoint["epoch"])
+    return checkpoint
 
 
 def prepare_outputs(
@@ -221,7 +247,7 @@ def prepare_outputs(
                 stale.unlink(missing_ok=True)
     if ckpt_path is None:
         return
-    epoch = checkpoint_epoch(Path(ckpt_path))
+    checkpoint = read_checkpoint(Path(ckpt_path))
     resumed = Path(ckpt_path).resolve()
     for callback in callbacks:
         if isinstance(callback, ModelCheckpoint) and callback.dirpath == str(resumed.parent):
@@ -231,4 +257,7 @@ def prepare_outputs(
                 if later.stat().st_mtime_ns > resumed.stat().st_mtime_ns:
                     later.unlink()
     if isinstance(logger, RunCSVLogger):
-        logger.resume(Path(ckpt_path).resolve().parent.parent / ExperimentWriter.NAME_METRICS_FILE, epoch)
+        states = checkpoint.get("callbacks", {}).values()
+        epoch_rows = [state[EPOCH_ROW] for state in states if state.get(EPOCH_ROW)]
+        metrics_csv = resumed.parent.parent / ExperimentWriter.NAME_METRICS_FILE
+        logger.resume(metrics_csv, int(checkpoint["epoch"]), epoch_rows)
