@@ -1,7 +1,8 @@
 """Checkpoints and metrics a run can be resumed from: written every epoch, atomically, and checked before training.
 
 - :class:`EpochCheckpoint`: Lightning's ``ModelCheckpoint`` writes ``last.ckpt`` only when it also wrote a
-  top-k checkpoint, i.e. when the monitored metric improved; this one writes it at the end of every epoch.
+  top-k checkpoint, i.e. when the monitored metric improved; this one writes it at the end of every epoch, and
+  each checkpoint carries its epoch's ``train/*`` row, which Lightning logs only after the checkpoint.
 - :class:`AtomicCheckpointIO`: every checkpoint goes to a temporary file beside its target (same directory, so
   same filesystem), is flushed and fsynced, renamed onto the target and the directory fsynced. A kill or a full
   disk part-way leaves the previous checkpoint whole. (Lightning's own writer goes through a temporary file in
@@ -9,7 +10,8 @@
 - :class:`RunCSVLogger`: ``metrics.csv`` rewritten atomically after every logged row, and continued on resume
   instead of deleted (Lightning's ``CSVLogger`` deletes an existing ``metrics.csv`` when it starts).
 - :func:`prepare_outputs`: before any training, the output folders are writable and a ``ckpt_path`` is a
-  readable checkpoint; a resumed run's logger starts from the earlier rows.
+  readable checkpoint; files a killed run left behind are removed, and a resumed run's logger starts from the
+  earlier rows.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from flowlearn.data.schema import atomic_path
 from flowlearn.errors import CheckpointError
 from flowlearn.training.metrics import STAGES
 
-Row = dict[str, str]
+Row = dict[str, Any]  # a metrics.csv row, column -> value (strings as read back, numbers as logged)
 EPOCH_ROW = "epoch_row"
 
 
