@@ -34,6 +34,10 @@ class ConfigError(ValueError):
     """A training config value that cannot work; the message names the option."""
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read, or an output folder that cannot be written; the message names it."""
+
+
 class DataValidationError(ValueError):
     """A fracture file, group or field that violates the schema. The message names file, group and field."""
 
@@ -75,6 +79,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     SolutionError,
     DivergenceError,
     ConfigError,
+    CheckpointError,
     DataValidationError,
     UnavailableError,
     FileNotFoundError,

@@ -93,7 +93,7 @@ def test_every_option_composes_and_instantiates(tmp_path, group, option):
         assert isinstance(optimizer, torch.optim.Optimizer)
     elif group == "callbacks":
         callbacks = [instantiate(c) for c in cfg.callbacks.values()]
-        assert {type(c).__name__ for c in callbacks} >= {"ModelCheckpoint", "FigureCallback"}
+        assert {type(c).__name__ for c in callbacks} >= {"EpochCheckpoint", "FigureCallback"}
     else:
         assert instantiate(cfg[group]) is not None
 

@@ -23,7 +23,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowlearn.errors import USER_ERRORS, ConfigError
 from flowlearn.training.build import build_correction
+from flowlearn.training.checkpoints import prepare_outputs
 from flowlearn.training.config import validate_config
+from flowlearn.training.console import quiet_lightning, summary
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import write_predictions
 
@@ -64,6 +66,7 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 
 
 def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
+    quiet_lightning()
     validate_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
     paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
@@ -85,11 +88,13 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     logger = instantiate(cfg.logger)
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
     ckpt_path = to_absolute_path(cfg.ckpt_path) if cfg.ckpt_path else None
+    # An unwritable output folder or a broken ckpt_path fails here, before any training.
+    prepare_outputs(run_dir, callbacks, logger, ckpt_path)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if datamodule.splits["test"].refs:
         trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
         write_predictions(module, datamodule.splits.items(), run_dir / "predictions.h5")
-        log.info("outputs written to %s", run_dir)
+        log.info(summary(metrics, run_dir))
     return metrics

@@ -1,0 +1,43 @@
+"""What a training run prints: each log line once, no warnings about Lightning internals, and a closing summary."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+from flowlearn.training.metrics import MSE, REL_ERR_MEAN, column
+
+
+def quiet_lightning() -> None:
+    """Route Lightning's log lines through the root logger only, and drop a warning users cannot act on.
+
+    Importing ``lightning`` adds a console handler to the ``lightning`` logger, which also propagates to the root
+    logger; under Hydra the root logger has its own handlers (console and ``train.log``), so every Lightning
+    line printed twice. Where the root logger has handlers, Lightning's are removed.
+    """
+    if logging.getLogger().hasHandlers():
+        lightning_logger = logging.getLogger("lightning")
+        for handler in list(lightning_logger.handlers):
+            lightning_logger.removeHandler(handler)
+    # Lightning's own pytree helper calls an API that newer torch deprecates; nothing in a run can change that.
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+
+
+def summary(metrics: Mapping[str, float], run_dir: Path) -> str:
+    """One line on what a run achieved: MSE and mean relative error (%) of the model and the cubic law.
+
+    Uses the test split when the run had one, else validation; e.g.
+    ``done: test MSE 1.2e-04 (cubic law 3.4e-04), mean error 0.71 % (cubic law 1.52 %); outputs in <run_dir>``.
+    """
+    for stage in ("test", "val"):
+        names = [column(stage, MSE), column(stage, MSE, True), column(stage, REL_ERR_MEAN)]
+        names.append(column(stage, REL_ERR_MEAN, True))
+        if all(name in metrics for name in names):
+            mse, cubic_mse, err, cubic_err = (metrics[name] for name in names)
+            return (
+                f"done: {stage} MSE {mse:.3g} (cubic law {cubic_mse:.3g}), "
+                f"mean error {err:.3g} % (cubic law {cubic_err:.3g} %); outputs in {run_dir}"
+            )
+    return f"done: outputs in {run_dir}"

@@ -1,0 +1,246 @@
+"""Checkpoints a user can trust, through `python train.py` and the installed Lightning (nothing of it mocked).
+
+last.ckpt every epoch, replaced atomically (a kill or a full disk mid-write leaves the previous one), output
+folders and ckpt_path checked before training, metrics.csv continued on resume, each log line once.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_train import ROOT, make_dataset, run_train
+
+from flowlearn.errors import CheckpointError
+from flowlearn.training.checkpoints import AtomicCheckpointIO, checkpoint_epoch, read_rows
+
+EPOCHS = 4
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("data") / "fractures.h5", count=4, shape=(16, 16))
+
+
+def overrides(dataset: Path, *extra: str) -> list[str]:
+    return [f"data.path={dataset}", "model.channels=4", f"trainer.max_epochs={EPOCHS}", *extra]
+
+
+@pytest.fixture(scope="module")
+def flat_run(dataset, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    # lr = 1e-300: Adam's steps (about lr) vanish against float64 weights of order 1e-2, so the weights and
+    # val/mse never change and val/mse improves only at epoch 0.
+    run_dir = tmp_path_factory.mktemp("flat")
+    return run_dir, run_train(*overrides(dataset, "optimizer.lr=1e-300"), run_dir=run_dir)
+
+
+def stored_epoch(path: Path) -> int:
+    return torch.load(path, weights_only=False, map_location="cpu")["epoch"]
+
+
+def epoch_counts(run_dir: Path, column: str) -> dict[int, int]:
+    """How many rows of metrics.csv carry ``column``, per epoch."""
+    counts: dict[int, int] = {}
+    for row in read_rows(run_dir / "metrics.csv")[1]:
+        if row.get(column):
+            counts[int(row["epoch"])] = counts.get(int(row["epoch"]), 0) + 1
+    return counts
+
+
+def test_last_checkpoint_is_the_last_epoch_when_val_does_not_improve(flat_run):
+    run_dir, _ = flat_run
+    checkpoints = run_dir / "checkpoints"
+    # Only epoch 0 improved val/mse: the best checkpoint is epoch 0, last.ckpt the final epoch all the same.
+    assert [p.name for p in checkpoints.glob("best-*.ckpt")] == ["best-epoch=000.ckpt"]
+    assert stored_epoch(checkpoints / "last.ckpt") == EPOCHS - 1
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["best-epoch=000.ckpt", "last.ckpt"]
+
+
+def test_fresh_run_prints_each_line_once_and_no_spurious_warning(flat_run):
+    _, result = flat_run
+    output = result.stdout + result.stderr
+    assert output.count("Seed set to 0") == 1
+    assert output.count("`Trainer.fit` stopped") == 1
+    for warning in ("will be deleted", "exists and is not empty", "LeafSpec"):
+        assert warning not in result.stderr
+
+
+def test_run_ends_with_a_summary_of_the_test_metrics(flat_run):
+    run_dir, result = flat_run
+    lines = [line for line in result.stdout.splitlines() if "done:" in line]
+    assert len(lines) == 1
+    match = re.search(
+        r"done: test MSE (\S+) \(cubic law (\S+)\), mean error (\S+) % \(cubic law (\S+) %\); outputs in (\S+)$",
+        lines[0],
+    )
+    assert match, lines[0]
+    test_row = next(row for row in read_rows(run_dir / "metrics.csv")[1] if row.get("test/mse"))
+    columns = ["test/mse", "test/cubic_mse", "test/rel_err_mean", "test/cubic_rel_err_mean"]
+    for printed, name in zip(match.groups()[:4], columns, strict=True):
+        assert float(printed) == pytest.approx(float(test_row[name]), rel=5e-3), name
+    assert Path(match.group(5)) == run_dir
+
+
+def test_full_disk_mid_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    target = tmp_path / "checkpoints" / "last.ckpt"
+    io_plugin = AtomicCheckpointIO()
+    io_plugin.save_checkpoint({"epoch": 1, "weights": torch.arange(1000.0)}, target)
+    real_save = torch.save
+    written_to: list[Path] = []
+
+    def half_then_enospc(obj, fh, *args, **kwargs):
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        fh.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        written_to.append(Path(fh.name))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", half_then_enospc)
+    with pytest.raises(OSError, match="No space left"):
+        io_plugin.save_checkpoint({"epoch": 2, "weights": torch.zeros(1000)}, target)
+    monkeypatch.undo()
+    # The partial bytes went to a temporary file beside the target (same filesystem, so the rename is atomic).
+    assert written_to[0].parent == target.parent and written_to[0] != target
+    assert list(target.parent.iterdir()) == [target]
+    checkpoint = torch.load(target, weights_only=False)
+    assert checkpoint["epoch"] == 1 and torch.equal(checkpoint["weights"], torch.arange(1000.0))
+
+
+def test_unwritable_checkpoint_folder_fails_before_training(dataset, tmp_path):
+    # Root writes anywhere regardless of permissions; a file where the folder should be cannot be written by
+    # anyone.
+    (tmp_path / "checkpoints").write_text("not a folder")
+    result = run_train(*overrides(dataset), run_dir=tmp_path, check=False)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: cannot write to the output folder {tmp_path / 'checkpoints'}: a file of that name is in the way"
+    ]
+    assert "Traceback" not in result.stderr
+    assert "Epoch" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "text"])
+def test_damaged_checkpoint_is_one_clear_error(flat_run, tmp_path, damage):
+    data = (flat_run[0] / "checkpoints" / "last.ckpt").read_bytes()
+    path = tmp_path / "last.ckpt"
+    path.write_bytes({"empty": b"", "truncated": data[: len(data) // 2], "text": b"epoch: 3\n"}[damage])
+    with pytest.raises(CheckpointError, match=re.escape(str(path))):
+        checkpoint_epoch(path)
+
+
+def test_truncated_ckpt_path_stops_the_run_with_one_line(flat_run, dataset, tmp_path):
+    data = (flat_run[0] / "checkpoints" / "last.ckpt").read_bytes()
+    path = tmp_path / "truncated.ckpt"
+    path.write_bytes(data[: len(data) // 3])
+    result = run_train(*overrides(dataset, f"ckpt_path={path}"), run_dir=tmp_path / "run", check=False)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr and "EOFError" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: ckpt_path: {path} ")
+    assert "Epoch" not in result.stdout + result.stderr
+
+
+# Runs train.py paused at one point of epoch PAUSE_EPOCH until killed: "checkpoint" stops half-way through
+# writing its last.ckpt (torch.save writes half the bytes, records the file); "train_row" stops after that
+# checkpoint is written, before its train row reaches metrics.csv.
+PAUSE_EPOCH = 2
+PAUSING_TRAIN = """
+import io, runpy, sys, time
+from pathlib import Path
+import torch
+from flowlearn.training import checkpoints
+
+marker, point, epoch, script = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+real_save, real_write = torch.save, checkpoints._RunWriter.save
+
+def pause(what):
+    marker.write_text(what)
+    time.sleep(600)
+
+def half_save(obj, fh, *args, **kwargs):
+    name = Path(getattr(fh, "name", str(fh)))
+    if point == "checkpoint" and name.name.startswith(".last.ckpt.") and obj.get("epoch") == epoch:
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        fh.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        fh.flush()
+        pause(str(name))
+    return real_save(obj, fh, *args, **kwargs)
+
+def held_write(writer):
+    if point == "train_row" and any(m.get("epoch") == epoch and "train/loss" in m for m in writer.metrics):
+        pause("train row")
+    return real_write(writer)
+
+torch.save = half_save
+checkpoints._RunWriter.save = held_write
+sys.argv = sys.argv[4:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def kill_at(point: str, run_dir: Path, marker: Path, *extra: str) -> str:
+    """Run train.py until it pauses at ``point`` of epoch PAUSE_EPOCH, SIGKILL it; what it was writing."""
+    command = [
+        sys.executable, "-c", PAUSING_TRAIN, str(marker), point, str(PAUSE_EPOCH), str(ROOT / "train.py"),
+        f"hydra.run.dir={run_dir}", *extra,
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 300
+    while not marker.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    _, stderr = process.communicate()
+    assert marker.exists(), f"the run never reached the pause at {point}:\n{stderr[-3000:]}"
+    return marker.read_text()
+
+
+def test_kill_while_writing_a_checkpoint_then_resume_continues_the_run(dataset, tmp_path):
+    run_dir = tmp_path / "run"
+    partial = Path(kill_at("checkpoint", run_dir, tmp_path / "writing", *overrides(dataset)))
+
+    # Killed mid-write: the partial file is a temporary beside last.ckpt; last.ckpt is epoch PAUSE_EPOCH - 1.
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert partial.parent == last.parent and 0 < partial.stat().st_size
+    assert stored_epoch(last) == PAUSE_EPOCH - 1
+    # The killed process logged its validation of epoch PAUSE_EPOCH, which the resumed run repeats.
+    assert epoch_counts(run_dir, "val/mse") == {e: 1 for e in range(PAUSE_EPOCH + 1)}
+
+    # Resuming into a new folder starts its metrics.csv with the checkpoint run's rows up to the checkpoint.
+    elsewhere = tmp_path / "elsewhere"
+    run_train(*overrides(dataset, f"ckpt_path={last}"), run_dir=elsewhere)
+
+    # Resume into the same folder, killed again just after last.ckpt of epoch PAUSE_EPOCH is written: that
+    # epoch's train row is not in metrics.csv; the checkpoint carries it.
+    kill_at("train_row", run_dir, tmp_path / "logging", *overrides(dataset, f"ckpt_path={last}"))
+    assert stored_epoch(last) == PAUSE_EPOCH
+    assert epoch_counts(run_dir, "train/loss") == {e: 1 for e in range(PAUSE_EPOCH)}
+    # Resuming into the same folder continues its metrics.csv and its checkpoints.
+    run_train(*overrides(dataset, f"ckpt_path={last}"), run_dir=run_dir)
+
+    every_epoch_once = {e: 1 for e in range(EPOCHS)}
+    for folder in (elsewhere, run_dir):
+        assert epoch_counts(folder, "val/mse") == every_epoch_once
+        assert epoch_counts(folder, "train/loss") == every_epoch_once
+        assert sum(epoch_counts(folder, "test/mse").values()) == 1
+        steps = [int(row["step"]) for row in read_rows(folder / "metrics.csv")[1]]
+        assert steps == sorted(steps)
+        assert stored_epoch(folder / "checkpoints" / "last.ckpt") == EPOCHS - 1
+    # Both folders hold the same rows (epoch, step), whatever the interruptions.
+    assert [(r["epoch"], r["step"]) for r in read_rows(elsewhere / "metrics.csv")[1]] == [
+        (r["epoch"], r["step"]) for r in read_rows(run_dir / "metrics.csv")[1]
+    ]
+    # Same folder: the same last.ckpt carried on (no last-v1.ckpt), the partial temporary file cleared away.
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert names[-1] == "last.ckpt" and len(names) == 2 and names[0].startswith("best-epoch=")
