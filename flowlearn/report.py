@@ -16,6 +16,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from flowlearn.runs import metric_series, read_metrics, read_predictions
+from flowlearn.slurm import run_error
 from flowlearn.viz import figure_set, save_figures
 
 STAGES = ("train", "val", "test")
@@ -207,7 +208,12 @@ def report_sweep(
         if (run / "metrics.csv").is_file():
             columns = read_metrics(run)
             final, epochs = final_metrics(columns), str(_epochs(columns))
-        if missing:
+        error = run_error(run)
+        if error:
+            status = "failed: " + error.replace("|", "\\|")
+            incomplete.append(f"{run} failed: {error}")
+            name = run.name
+        elif missing:
             status = "incomplete: missing " + ", ".join(missing)
             incomplete.append(f"{run} is missing " + ", ".join(missing))
             name = run.name
