@@ -27,7 +27,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
 from hydra.types import HydraContext, TaskFunction
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,13 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        """Submit one job per run and wait for all of them; log one line per failed run."""
+        """Submit one job per run and wait for all of them; log one line per failed run.
+
+        Raises:
+            RunFailedError: before anything is submitted, when a run's Lightning processes would not match the
+                job's SLURM tasks (Lightning would fail in every task of that job).
+        """
+        self._check_tasks(job_overrides, initial_job_idx)
         results = super().launch(job_overrides, initial_job_idx)
         failed = [r for r in results if r.status is JobStatus.FAILED]
         for result in failed:
@@ -115,3 +121,26 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         if failed:
             log.error("%d of %d run(s) failed; the other runs finished", len(failed), len(results))
         return results
+
+    def _check_tasks(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
+        """Lightning under SLURM runs one process per SLURM task: ``trainer.devices`` must equal ``tasks_per_node``
+        and ``trainer.num_nodes`` must equal ``nodes``."""
+        assert self.hydra_context is not None and self.config is not None
+        wanted = {"trainer.devices": self.params["tasks_per_node"], "trainer.num_nodes": self.params["nodes"]}
+        launcher = {"trainer.devices": "tasks_per_node", "trainer.num_nodes": "nodes"}
+        problems = []
+        for idx, overrides in enumerate(job_overrides, initial_job_idx):
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            for key, tasks in wanted.items():
+                value = OmegaConf.select(cfg, key, default=1)
+                # "auto" or a list of device indices: Lightning resolves them; only a count can be checked here.
+                if isinstance(value, int) and value != tasks:
+                    problems.append(
+                        f"run #{idx} has {key}={value} but hydra.launcher.{launcher[key]}={tasks}"
+                    )
+        if problems:
+            raise RunFailedError(
+                "under SLURM Lightning runs one process per task (tasks_per_node per node, one per device): "
+                + "; ".join(problems)
+                + ". Nothing was submitted."
+            )
