@@ -61,8 +61,8 @@ class _RecordFailure:
         try:
             return self.task_function(cfg)
         except SystemExit as stop:
-            # No code: Lightning's SIGTERMException, when SLURM stops a job it requeues or cancels; -1: submitit's
-            # preemption handler, after requeueing the job. Both jobs end without a result and run again.
+            # No code: Lightning's SIGTERMException (SLURM stops a job it requeues or cancels) or flowlearn.requeue
+            # after requeueing the job; -1: submitit's preemption handler, after requeueing. No result: it runs again.
             if stop.code in (None, 0, -1):
                 raise
             message = stop.code if isinstance(stop.code, str) else f"exited with status {stop.code}"
@@ -126,18 +126,14 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
         """Lightning under SLURM runs one process per SLURM task: ``trainer.devices`` must equal ``tasks_per_node``
         and ``trainer.num_nodes`` must equal ``nodes``."""
         assert self.hydra_context is not None and self.config is not None
-        wanted = {"trainer.devices": self.params["tasks_per_node"], "trainer.num_nodes": self.params["nodes"]}
-        launcher = {"trainer.devices": "tasks_per_node", "trainer.num_nodes": "nodes"}
         problems = []
         for idx, overrides in enumerate(job_overrides, initial_job_idx):
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            for key, tasks in wanted.items():
-                value = OmegaConf.select(cfg, key, default=1)
+            for key, option in (("trainer.devices", "tasks_per_node"), ("trainer.num_nodes", "nodes")):
+                value, tasks = OmegaConf.select(cfg, key, default=1), self.params[option]
                 # "auto" or a list of device indices: Lightning resolves them; only a count can be checked here.
                 if isinstance(value, int) and value != tasks:
-                    problems.append(
-                        f"run #{idx} has {key}={value} but hydra.launcher.{launcher[key]}={tasks}"
-                    )
+                    problems.append(f"run #{idx} has {key}={value} but hydra.launcher.{option}={tasks}")
         if problems:
             raise RunFailedError(
                 "under SLURM Lightning runs one process per task (tasks_per_node per node, one per device): "
