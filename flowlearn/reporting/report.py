@@ -20,6 +20,7 @@ from flowlearn.reporting.figures import figure_set, save_figures
 from flowlearn.reporting.runs import metric_series, missing_outputs, read_metrics, sweep_runs
 from flowlearn.training import metrics
 from flowlearn.training.predictions import read_predictions
+from flowlearn.training.slurm import run_error
 
 # (column suffix, table header) of the per-stage metrics table: the model's metrics, the cubic law's, improvement.
 METRIC_COLUMNS = (
@@ -175,7 +176,12 @@ def report_sweep(
         if (run / "metrics.csv").is_file():
             columns = read_metrics(run)
             final, epochs = final_metrics(columns), str(_epochs(columns))
-        if missing:
+        error = run_error(run)
+        if error:
+            status = "failed: " + error.replace("|", "\\|")
+            incomplete.append(f"{run} failed: {error}")
+            name = run.name
+        elif missing:
             status = "incomplete: missing " + ", ".join(missing)
             incomplete.append(f"{run} is missing " + ", ".join(missing))
             name = run.name

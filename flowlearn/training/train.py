@@ -40,8 +40,8 @@ def run(cfg: DictConfig) -> float | None:
         cause = _user_error(error)
         if cause is None:
             raise
-        print(f"error: {cause}", file=sys.stderr)
-        sys.exit(1)
+        # Printed to stderr with exit status 1; the message travels with the SystemExit (see flowlearn.training.slurm).
+        sys.exit(f"error: {cause}")
     return metrics.get("val/mse")
 
 

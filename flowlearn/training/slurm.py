@@ -1,0 +1,138 @@
+"""Sweeps on a SLURM cluster: the ``hydra/launcher=slurm`` launcher, failed runs, and runs requeued mid-training.
+
+:class:`SlurmLauncher` is hydra-submitit-launcher's SLURM launcher (one job, or job array task, per run) with two
+changes:
+
+- A run that fails leaves ``error.txt`` in its run directory (its one-line error and the job's log file), which
+  ``flowlearn report`` shows, and its job still ends with a result, so the sweep's other runs finish and are
+  collected; the sweep then names every failed run and exits with status 1.
+- In a job with several tasks (DDP, ``tasks_per_node`` > 1) only rank 0 writes Hydra's files (``.hydra/``, the
+  job's log file); the other ranks write nothing.
+
+A job that SLURM warns before its time limit (``SIGUSR2``) checkpoints at the next epoch boundary, requeues itself
+and resumes in the same run directory: see :mod:`flowlearn.training.requeue`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import CompactHydraException
+from hydra.types import HydraContext, TaskFunction
+from hydra_plugins.hydra_submitit_launcher import submitit_launcher
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+ERROR_FILE = "error.txt"
+
+
+def run_error(run_dir: str | Path) -> str | None:
+    """The error a failed run recorded in ``<run_dir>/error.txt``, one line; None when it recorded none."""
+    path = Path(run_dir) / ERROR_FILE
+    return path.read_text().strip().replace("\n", "; ") if path.is_file() else None
+
+
+class _RecordFailure:
+    """The task function of a job, which writes ``error.txt`` into the run directory when the run fails.
+
+    flowlearn exits with ``sys.exit("error: ...")`` on a user error; that ``SystemExit`` becomes a
+    Hydra's ``CompactHydraException`` (printed as one line, without a traceback), so Hydra returns a failed result instead of the job dying without one (submitit
+    then knows the job ended even on a cluster without accounting, where ``sacct`` cannot tell it).
+    """
+
+    def __init__(self, task_function: TaskFunction) -> None:
+        self.task_function = task_function
+
+    def __call__(self, cfg: DictConfig) -> Any:
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        (run_dir / ERROR_FILE).unlink(missing_ok=True)  # from an earlier attempt of a requeued job
+        try:
+            return self.task_function(cfg)
+        except SystemExit as stop:
+            # No code: Lightning's SIGTERMException (SLURM stops a job it requeues or cancels) or flowlearn.training.requeue
+            # after requeueing the job; -1: submitit's preemption handler, after requeueing. No result: it runs again.
+            if stop.code in (None, 0, -1):
+                raise
+            message = stop.code if isinstance(stop.code, str) else f"exited with status {stop.code}"
+            print(message, file=sys.stderr)
+            _record(run_dir, message)
+            raise CompactHydraException(message) from None
+        except Exception as error:
+            traceback.print_exc()  # into the job's log; the sweep gets the exception itself
+            _record(run_dir, f"{type(error).__name__}: {error}")
+            raise
+
+
+def _record(run_dir: Path, message: str) -> None:
+    """Write a failed run's ``error.txt`` (from rank 0 only): its error and the job's log file."""
+    import submitit
+
+    env = submitit.JobEnvironment()
+    if env.global_rank == 0:
+        (run_dir / ERROR_FILE).write_text(f"{message}\nlog: {env.paths.stderr}\n")
+
+
+class SlurmLauncher(submitit_launcher.SlurmLauncher):
+    """hydra-submitit-launcher's SLURM launcher, with failed runs recorded and rank-0 outputs (see the module
+    docstring). Configured by ``configs/hydra/launcher/slurm.yaml``."""
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        super().setup(hydra_context=hydra_context, task_function=_RecordFailure(task_function), config=config)
+
+    def __call__(
+        self,
+        sweep_overrides: list[str],
+        job_dir_key: str,
+        job_num: int,
+        job_id: str,
+        singleton_state: dict,
+    ) -> JobReturn:
+        import submitit
+
+        if submitit.JobEnvironment().global_rank > 0:
+            # Rank 0 writes the run's config and log; the other ranks of a multi-task job would only repeat it.
+            sweep_overrides = [*sweep_overrides, "hydra.output_subdir=null", "hydra/job_logging=stdout"]
+        return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Submit one job per run and wait for all of them; log one line per failed run.
+
+        Raises:
+            CompactHydraException: before anything is submitted, when a run's Lightning processes would not match the
+                job's SLURM tasks (Lightning would fail in every task of that job).
+        """
+        self._check_tasks(job_overrides, initial_job_idx)
+        results = super().launch(job_overrides, initial_job_idx)
+        failed = [r for r in results if r.status is JobStatus.FAILED]
+        for result in failed:
+            log.error("failed run %s: %s", " ".join(result.overrides or []), result._return_value)
+        if failed:
+            log.error("%d of %d run(s) failed; the other runs finished", len(failed), len(results))
+        return results
+
+    def _check_tasks(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
+        """Lightning under SLURM runs one process per SLURM task: ``trainer.devices`` must equal ``tasks_per_node``
+        and ``trainer.num_nodes`` must equal ``nodes``."""
+        assert self.hydra_context is not None and self.config is not None
+        problems = []
+        for idx, overrides in enumerate(job_overrides, initial_job_idx):
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            for key, option in (("trainer.devices", "tasks_per_node"), ("trainer.num_nodes", "nodes")):
+                value, tasks = OmegaConf.select(cfg, key, default=1), self.params[option]
+                # "auto" or a list of device indices: Lightning resolves them; only a count can be checked here.
+                if isinstance(value, int) and value != tasks:
+                    problems.append(f"run #{idx} has {key}={value} but hydra.launcher.{option}={tasks}")
+        if problems:
+            raise CompactHydraException(
+                "under SLURM Lightning runs one process per task (tasks_per_node per node, one per device): "
+                + "; ".join(problems)
+                + ". Nothing was submitted."
+            )
