@@ -26,6 +26,24 @@ class ConfigError(ValueError):
     """A training config value that cannot work; the message names the option."""
 
 
+class SettingError(ConfigError):
+    """A value of a settings dataclass (LBM, roughness, dataset) out of its range.
+
+    ``field`` is the dataclass field, so that a command line can name its own option for it; the message starts
+    with the field name.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class OutputError(OSError):
+    """An output that cannot be written (a read-only place, a full disk, a directory in the way); the message
+    names the path and the reason."""
+
+
 class DataValidationError(ValueError):
     """A fracture file, group or field that violates the schema. The message names file, group and field."""
 
@@ -66,6 +84,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ConvergenceError,
     ConfigError,
     DataValidationError,
+    OutputError,
     UnavailableError,
     FileNotFoundError,
     FloatingPointError,
