@@ -199,6 +199,10 @@ def _open(path: str | os.PathLike) -> Iterator[h5py.File]:
     f = open_file(path)
     try:
         yield f
+    except (OSError, KeyError, RuntimeError) as err:
+        # h5py meets damage where it reads: an object, an attribute list or data, each with its own exception.
+        reason = err.args[0] if err.args else err
+        raise DataValidationError(f"{path}: truncated or corrupt HDF5 file ({reason})") from err
     finally:
         f.close()
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from flowlearn.data.datamodule import FractureDataset, FractureRef
-from flowlearn.data.schema import atomic_hdf5, read_fracture
+from flowlearn.data.schema import atomic_hdf5, open_file, read_fracture
 from flowlearn.training.module import FractureFlowModule
 
 FIELD_NAMES = (
@@ -164,7 +164,7 @@ def read_predictions(path: str | Path) -> list[FractureFields]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no predictions file {path}")
-    with h5py.File(path, "r") as f:
+    with open_file(path) as f:
         return [
             FractureFields(
                 name=name,
