@@ -316,7 +316,11 @@ def test_an_incomplete_sweep_is_a_status_not_an_error(fake_run, tmp_path, capsys
     # Exit status 1, as documented: the table is written, the incomplete runs are listed.
     sweep = tmp_path / "sweep"
     (sweep / "0" / ".hydra").mkdir(parents=True)
-    assert _flowlearn(capsys, "report", str(sweep))[0] == 1
+    (sweep / "1").mkdir()
+    (sweep / "1" / "metrics.csv").write_text("")  # a job killed before its first epoch
+    status, err = _flowlearn(capsys, "report", str(sweep))
+    assert status == 1 and (sweep / "report.md").is_file()
+    assert "Traceback" not in err and "metrics.csv has none" in err
 
 
 # ------------------------------------------------------------------------------------------ the file system

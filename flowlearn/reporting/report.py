@@ -173,8 +173,14 @@ def report_sweep(
         final: dict[str, float] = {}
         epochs = "–"
         if (run / "metrics.csv").is_file():
-            columns = read_metrics(run)
-            final, epochs = final_metrics(columns), str(_epochs(columns))
+            # A job killed before its first epoch leaves a metrics.csv without rows: one incomplete run, not a
+            # failed table.
+            try:
+                columns = read_metrics(run)
+            except RunDirectoryError:
+                missing.append("logged epochs (metrics.csv has none)")
+            else:
+                final, epochs = final_metrics(columns), str(_epochs(columns))
         if missing:
             status = "incomplete: missing " + ", ".join(missing)
             incomplete.append(f"{run} is missing " + ", ".join(missing))
