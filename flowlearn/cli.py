@@ -16,11 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from flowlearn.errors import USER_ERRORS, SettingError
-
-# Exit status of a user's mistake (a bad option, file or folder), as argparse uses for usage errors; 1 is kept for
-# a status that is no error (`flowlearn report` on a sweep with incomplete runs).
-USER_ERROR_STATUS = 2
+from flowlearn.errors import USER_ERROR_STATUS, USER_ERRORS, SettingError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -183,7 +179,8 @@ COMMANDS = (
         "figures and a markdown summary of a finished run, or a comparison table of a sweep",
         "For a run directory (what `python train.py` writes): write figures/*.png and report.md (metrics, "
         "improvement over the cubic law, config). For a sweep directory (`python train.py -m`): write report.md "
-        "with one row per run, and each complete run's report. Exits 1 when a run of a sweep is incomplete, 2 on an error.",
+        "with one row per run, and each complete run's report. Exits 1 when a run of a sweep is incomplete, "
+        "2 on an error.",
         _report_arguments,
         _run_report,
     ),

@@ -77,6 +77,11 @@ class LBMConvergenceError(RuntimeError):
     """The LBM run reached ``max_steps`` before its steady-state criterion was met."""
 
 
+# Exit status of a user's mistake (an error in USER_ERRORS), in `python train.py` and every `flowlearn` command,
+# as argparse uses for usage errors. Status 1 is left to tracebacks and to `flowlearn report` on a sweep with
+# incomplete runs, which is a status, not an error.
+USER_ERROR_STATUS = 2
+
 # Failures that are about the user's input or environment: reported as one line, not a stack trace.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ProblemError,

@@ -4,7 +4,7 @@ Each problem is reported as one line that names the option, e.g. ``optimizer.lr 
 Misspelt keys, unknown group options and malformed overrides are caught by Hydra itself, which lists the valid
 choices; :func:`hydra_errors_as_one_line` turns its message into one line too, and :class:`OutputDirCheck` stops a
 run whose output directory cannot be written before Hydra tries to write there. Every such mistake exits with
-:data:`USER_ERROR_STATUS`.
+:data:`flowlearn.errors.USER_ERROR_STATUS` (2).
 """
 
 from __future__ import annotations
@@ -23,10 +23,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 from flowlearn.checks import is_integer, is_number
-from flowlearn.errors import ConfigError
-
-# Exit status of a user's mistake, as for the `flowlearn` command (and argparse's usage errors).
-USER_ERROR_STATUS = 2
+from flowlearn.errors import USER_ERROR_STATUS, ConfigError
 
 
 def exit_with_user_error(error: BaseException) -> None:
