@@ -19,4 +19,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    from flowlearn.training.config import hydra_errors_as_one_line
+
+    with hydra_errors_as_one_line():
+        main()

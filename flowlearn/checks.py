@@ -6,8 +6,12 @@ name), :func:`nonfinite` says how many values are bad, of which kind, and where 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+
+from flowlearn.errors import SettingError
 
 
 def nonfinite(
@@ -53,3 +57,19 @@ def nonfinite(
         f"{int(bad.sum())} non-finite value(s) ({nan} NaN, {int(bad.sum()) - nan} inf); the first is "
         f"{place}at pixel {pixel}"
     )
+
+
+def is_number(value: object) -> bool:
+    """Whether ``value`` is a finite real number (an int or float, not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_integer(value: object) -> bool:
+    """Whether ``value`` is an int (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_setting(ok: bool, field: str, problem: str, value: object) -> None:
+    """Raise :class:`SettingError` for ``field`` (``"<field> <problem>, got <value>"``) unless ``ok``."""
+    if not ok:
+        raise SettingError(field, f"{problem}, got {value!r}")

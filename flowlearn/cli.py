@@ -14,13 +14,22 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
-from flowlearn.errors import USER_ERRORS
+from flowlearn.errors import USER_ERROR_STATUS, USER_ERRORS, SettingError
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit status 2), like every other mistake."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USER_ERROR_STATUS, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _run_convert(args: argparse.Namespace) -> int:
-    from flowlearn.data.schema import convert
+    from flowlearn.data.schema import check_writable, convert
 
+    check_writable(args.dst)
     count = convert(args.src, args.dst, layout=args.layout)
     print(f"wrote {count} fracture(s) to {args.dst} in the {args.layout} layout")
     return 0
@@ -41,9 +50,15 @@ def _from_options(cls: type, args: argparse.Namespace, **given: object) -> objec
 def _run_generate(args: argparse.Namespace) -> int:
     from flowlearn.data.generate import DatasetConfig, generate_dataset
     from flowlearn.data.lbm import LBMSettings
+    from flowlearn.data.schema import check_writable
 
-    lbm = _from_options(LBMSettings, args)
-    config = _from_options(DatasetConfig, args, shape=tuple(args.shape), lbm=lbm)
+    try:
+        lbm = _from_options(LBMSettings, args)
+        config = _from_options(DatasetConfig, args, shape=tuple(args.shape), lbm=lbm)
+    except SettingError as err:
+        # The settings name their fields; on the command line they are options.
+        raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
+    check_writable(args.output)
     summary = generate_dataset(config, args.output, progress=not args.quiet)
     print(json.dumps(summary, indent=2))
     return 0
@@ -82,6 +97,17 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 def _run_report(args: argparse.Namespace) -> int:
     from flowlearn.reporting.report import report_run, report_sweep
     from flowlearn.reporting.runs import looks_like_run, sweep_runs
@@ -101,12 +127,14 @@ def _run_report(args: argparse.Namespace) -> int:
 def _report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="run directory, or sweep directory holding run directories")
     p.add_argument("-o", "--output", help="where to write the report (default: RUN_DIR itself)")
-    p.add_argument("--dpi", type=int, default=120, help="resolution of the figures")
+    p.add_argument("--dpi", type=_positive_int, default=120, help="resolution of the figures")
 
 
 def _run_predict(args: argparse.Namespace) -> int:
+    from flowlearn.data.schema import check_writable
     from flowlearn.training.predict import predict
 
+    check_writable(args.output)
     count = predict(args.run_dir, args.inputs, args.output, checkpoint=args.checkpoint)
     print(f"wrote predicted W, log k and pressure of {count} fracture(s) to {args.output}")
     return 0
@@ -151,7 +179,8 @@ COMMANDS = (
         "figures and a markdown summary of a finished run, or a comparison table of a sweep",
         "For a run directory (what `python train.py` writes): write figures/*.png and report.md (metrics, "
         "improvement over the cubic law, config). For a sweep directory (`python train.py -m`): write report.md "
-        "with one row per run, and each complete run's report. Exits 1 when a run is incomplete.",
+        "with one row per run, and each complete run's report. Exits 1 when a run of a sweep is incomplete, "
+        "2 on an error.",
         _report_arguments,
         _run_report,
     ),
@@ -168,7 +197,8 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    """The ``flowlearn`` parser with one subparser per entry of :data:`COMMANDS`."""
+    parser = _Parser(
         prog="flowlearn", description="flowlearn: fracture data, LBM references and permeability corrections."
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -191,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except USER_ERRORS as err:
         print(f"flowlearn {args.command}: error: {err}", file=sys.stderr)
-        return 1
+        return USER_ERROR_STATUS
 
 
 if __name__ == "__main__":

@@ -38,6 +38,24 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be read, or an output folder that cannot be written; the message names it."""
 
 
+class SettingError(ConfigError):
+    """A value of a settings dataclass (LBM, roughness, dataset) out of its range.
+
+    ``field`` is the dataclass field, so that a command line can name its own option for it; the message starts
+    with the field name.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class OutputError(OSError):
+    """An output that cannot be written (a read-only place, a full disk, a directory in the way); the message
+    names the path and the reason."""
+
+
 class DataValidationError(ValueError):
     """A fracture file, group or field that violates the schema. The message names file, group and field."""
 
@@ -71,6 +89,21 @@ class LBMConvergenceError(RuntimeError):
     """The LBM run reached ``max_steps`` before its steady-state criterion was met."""
 
 
+# Exit status of a user's mistake (an error in USER_ERRORS), in `python train.py` and every `flowlearn` command,
+# as argparse uses for usage errors. Status 1 is left to tracebacks and to `flowlearn report` on a sweep with
+# incomplete runs, which is a status, not an error.
+USER_ERROR_STATUS = 2
+
+
+class UserErrorExit(SystemExit):
+    """The exit of a run stopped by a user's mistake: status :data:`USER_ERROR_STATUS`, its one-line message kept
+    (``message``), so that a launcher can record why the run failed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(USER_ERROR_STATUS)
+        self.message = message
+
+
 # Failures that are about the user's input or environment: reported as one line, not a stack trace.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ProblemError,
@@ -81,6 +114,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError,
     CheckpointError,
     DataValidationError,
+    OutputError,
     UnavailableError,
     FileNotFoundError,
     FloatingPointError,

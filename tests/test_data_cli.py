@@ -49,7 +49,7 @@ def test_convert_to_original_layout_and_back(tmp_path):
 def test_convert_reports_bad_input_and_fails(tmp_path, capsys):
     bad = tmp_path / "bad.h5"
     bad.write_text("not hdf5")
-    assert main(["convert", str(bad), str(tmp_path / "out.h5")]) == 1
+    assert main(["convert", str(bad), str(tmp_path / "out.h5")]) == 2
     assert "flowlearn convert: error:" in capsys.readouterr().err
     assert not (tmp_path / "out.h5").exists()
 

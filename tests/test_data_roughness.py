@@ -81,8 +81,11 @@ def test_same_seed_same_fracture_other_seed_other_fracture():
 
 @pytest.mark.parametrize("bad", [{"hurst": 0.0}, {"hurst": 1.5}, {"rms": -1.0}, {"mismatch_length": 0.0}])
 def test_bad_parameters_raise(bad):
-    p = RoughnessParams(
-        **{**dict(shape=(8, 8), hurst=0.5, rms=1.0, mean_aperture=1.0, mismatch_length=4.0, seed=0), **bad}
-    )
+    # Checked when the parameters are made, before any synthesis.
     with pytest.raises(ValueError, match="must be"):
-        rough_fracture(p)
+        RoughnessParams(
+            **{
+                **dict(shape=(8, 8), hurst=0.5, rms=1.0, mean_aperture=1.0, mismatch_length=4.0, seed=0),
+                **bad,
+            }
+        )

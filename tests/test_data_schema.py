@@ -112,7 +112,7 @@ def test_zero_apertures_are_inactive_cells_not_errors(tmp_path):
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
-        (lambda g: g["f0"].pop("pressure"), r"group 'f0': field 'pressure': missing field"),
+        (lambda g: g["f0"].pop("aperture"), r"group 'f0': field 'aperture': missing field"),
         (lambda g: g["f0"].update(extra=np.zeros(3)), r"group 'f0': field 'extra': unexpected field"),
         (lambda g: g["f0"].update(pressure=np.ones((6, 8))), r"'pressure': shape \(6, 8\) does not match"),
         (lambda g: g["f0"]["pressure"].__setitem__((2, 2), np.nan), r"'pressure': 1 non-finite .*\(2, 2\)"),
@@ -154,7 +154,9 @@ def test_extra_top_level_dataset_is_rejected(tmp_path):
 
 
 def test_missing_attribute_is_named(tmp_path):
-    path = write_raw(tmp_path / "a.h5", {"f0": fields_of(make_fracture())}, attrs={"voxel_size": 1.0})
+    # With a pressure field, the inlet and outlet pressures it is relative to are required.
+    attrs = {"voxel_size": 1.0, "flow_axis": "x"}
+    path = write_raw(tmp_path / "a.h5", {"f0": fields_of(make_fracture())}, attrs=attrs)
     with pytest.raises(DataValidationError, match=r"group 'f0': missing attribute 'inlet_pressure'"):
         read_fractures(path)
 

@@ -134,16 +134,16 @@ def test_a_run_without_checkpoint_or_metrics_gets_one_clear_line(flowlearn, run,
     else:
         target.unlink()
     status, _, err = flowlearn("report", str(copy))
-    assert status == 1
+    assert status == 2
     assert err.strip() == f"flowlearn report: error: {copy}: not a finished run; {message}"
     assert not (copy / "report.md").exists()
 
 
 def test_missing_and_empty_directories(flowlearn, tmp_path):
     status, _, err = flowlearn("report", str(tmp_path / "nowhere"))
-    assert status == 1
+    assert status == 2
     assert err.strip() == f"flowlearn report: error: {tmp_path / 'nowhere'}: no such directory"
     status, _, err = flowlearn("report", str(tmp_path))
-    assert status == 1
+    assert status == 2
     assert err.startswith(f"flowlearn report: error: {tmp_path}: not a finished run; missing a checkpoint")
     assert "metrics.csv" in err and len(err.strip().splitlines()) == 1

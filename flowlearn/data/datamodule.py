@@ -27,8 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
-from flowlearn.data.schema import list_fractures, open_file, read_open
-from flowlearn.errors import DataValidationError
+from flowlearn.data.schema import list_fractures, missing_pressure, open_file, read_open
 
 
 @dataclass(frozen=True)
@@ -134,10 +133,7 @@ class FractureDataset(Dataset):
                 )
             item["pressure"] = torch.as_tensor(pressure, dtype=self.dtype)
         elif self.require_pressure:
-            raise DataValidationError(
-                f"{ref.path}: group '{ref.name}': field 'pressure': missing; training needs the reference pressure "
-                "(an aperture map alone can be predicted on, with flowlearn predict)"
-            )
+            raise missing_pressure(ref.path, ref.name)
         if self.heads is not None:
             inlet, outlet = self.heads
         return {

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+from flowlearn.checks import check_setting, is_integer, is_number
 from flowlearn.data.lbm import LBMSettings, simulate, voxelize
 from flowlearn.data.roughness import RoughnessParams, rough_fracture
 from flowlearn.data.schema import Fracture, write_fractures
@@ -39,6 +40,17 @@ class DatasetConfig:
     seed: int = 0
     voxel_size: float = 1e-5
     lbm: LBMSettings = field(default_factory=LBMSettings)
+
+    def __post_init__(self) -> None:
+        check_setting(
+            is_integer(self.count) and self.count >= 1, "count", "must be an integer >= 1", self.count
+        )
+        check_setting(
+            is_number(self.voxel_size) and self.voxel_size > 0, "voxel_size", "must be > 0", self.voxel_size
+        )
+        # The roughness parameters share their names with this config's fields; building the first fracture's
+        # checks them all before any simulation runs.
+        self.roughness(0)
 
     def roughness(self, index: int) -> RoughnessParams:
         return RoughnessParams(

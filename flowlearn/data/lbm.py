@@ -30,6 +30,7 @@ import numpy as np
 from scipy import ndimage
 from tqdm.auto import tqdm
 
+from flowlearn.checks import check_setting, is_integer, is_number
 from flowlearn.errors import LBMConvergenceError
 
 CS2 = 1.0 / 3.0  # squared lattice speed of sound: p = cs² ρ in lattice units
@@ -63,6 +64,47 @@ class LBMSettings:
     target: str = "auto"
     threads: int | None = None
     reservoir: int = 4
+
+    def __post_init__(self) -> None:
+        # Checked here, before any simulation: a bad value would otherwise surface only after max_steps steps.
+        check_setting(is_number(self.omega) and 0 < self.omega < 2, "omega", "must be in (0, 2)", self.omega)
+        check_setting(is_number(self.magic) and self.magic > 0, "magic", "must be > 0", self.magic)
+        check_setting(
+            is_number(self.density_drop) and 0 < self.density_drop < 2,
+            "density_drop",
+            "must be in (0, 2)",
+            self.density_drop,
+        )
+        check_setting(
+            is_number(self.tolerance) and self.tolerance > 0, "tolerance", "must be > 0", self.tolerance
+        )
+        check_setting(
+            is_integer(self.check_interval) and self.check_interval >= 1,
+            "check_interval",
+            "must be an integer >= 1",
+            self.check_interval,
+        )
+        check_setting(
+            is_integer(self.max_steps) and self.max_steps >= self.check_interval,
+            "max_steps",
+            f"must be an integer >= check_interval ({self.check_interval})",
+            self.max_steps,
+        )
+        check_setting(
+            self.target in ("auto", "cpu", "gpu"), "target", "must be auto, cpu or gpu", self.target
+        )
+        check_setting(
+            self.threads is None or (is_integer(self.threads) and self.threads >= 1),
+            "threads",
+            "must be an integer >= 1 (or unset: every core)",
+            self.threads,
+        )
+        check_setting(
+            is_integer(self.reservoir) and self.reservoir >= 0,
+            "reservoir",
+            "must be an integer >= 0",
+            self.reservoir,
+        )
 
     @property
     def viscosity(self) -> float:

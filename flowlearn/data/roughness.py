@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from flowlearn.checks import check_setting, is_integer, is_number
+
 
 @dataclass(frozen=True)
 class RoughnessParams:
@@ -37,6 +39,30 @@ class RoughnessParams:
     mean_aperture: float
     mismatch_length: float
     seed: int
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.shape) if isinstance(self.shape, tuple | list) else ()
+        check_setting(
+            len(shape) == 2 and all(is_integer(n) and n >= 2 for n in shape),
+            "shape",
+            "must be two integers >= 2 (H W)",
+            self.shape,
+        )
+        check_setting(is_number(self.hurst) and 0 < self.hurst <= 1, "hurst", "must be in (0, 1]", self.hurst)
+        check_setting(is_number(self.rms) and self.rms >= 0, "rms", "must be >= 0", self.rms)
+        check_setting(
+            is_number(self.mean_aperture) and self.mean_aperture >= 0,
+            "mean_aperture",
+            "must be >= 0",
+            self.mean_aperture,
+        )
+        check_setting(
+            isinstance(self.mismatch_length, int | float) and self.mismatch_length > 0,
+            "mismatch_length",
+            "must be > 0 (inf: independent walls)",
+            self.mismatch_length,
+        )
+        check_setting(is_integer(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0", self.seed)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -93,12 +119,7 @@ def self_affine_surface(
 
 def rough_fracture(params: RoughnessParams) -> RoughFracture:
     """Synthesise the two walls of ``params`` and the aperture between them (see :class:`RoughFracture`)."""
-    _check(params.hurst, params.rms)
-    if params.mean_aperture < 0 or not params.mismatch_length > 0:
-        raise ValueError(
-            f"mean_aperture must be >= 0 and mismatch_length > 0, got {params.mean_aperture} "
-            f"and {params.mismatch_length}"
-        )
+    # RoughnessParams checked its values when it was made.
     rng = np.random.default_rng(params.seed)
     shape = tuple(params.shape)
     q = _wavenumbers(shape)

@@ -28,6 +28,7 @@ Every violation raises :class:`DataValidationError` (a ``ValueError``) that name
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -41,7 +42,7 @@ import h5py
 import numpy as np
 
 from flowlearn.checks import nonfinite
-from flowlearn.errors import DataValidationError
+from flowlearn.errors import DataValidationError, OutputError
 
 SCHEMA_NAME = "flowlearn-fractures"
 SCHEMA_VERSION = 1
@@ -204,6 +205,10 @@ def _open(path: str | os.PathLike) -> Iterator[h5py.File]:
     f = open_file(path)
     try:
         yield f
+    except (OSError, KeyError, RuntimeError) as err:
+        # h5py meets damage where it reads: an object, an attribute list or data, each with its own exception.
+        reason = err.args[0] if err.args else err
+        raise DataValidationError(f"{path}: truncated or corrupt HDF5 file ({reason})") from err
     finally:
         f.close()
 
@@ -329,6 +334,31 @@ def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
         return infos
 
 
+def validate_file(path: str | os.PathLike, require_pressure: bool = False) -> int:
+    """Read and validate every fracture of ``path`` (either layout) one at a time, keeping none in memory.
+
+    For a check before long work (``python train.py`` runs it before building anything, with ``require_pressure``
+    since training needs the reference); returns the number of fractures.
+    """
+    with _open(path) as f:
+        layout = detect_layout(f, path)
+        names = _group_names(f, path)
+        for name in names:
+            fracture = _read_group(path, f, name, layout)
+            validate_fracture(fracture, path)
+            if require_pressure and fracture.pressure is None:
+                raise missing_pressure(path, name)
+    return len(names)
+
+
+def missing_pressure(path: str | os.PathLike, name: str) -> DataValidationError:
+    """The error of a fracture without a reference pressure where one is needed (training)."""
+    return DataValidationError(
+        f"{_where(path, name, 'pressure')}: missing; training needs the reference pressure (an aperture map alone "
+        "can be predicted on, with flowlearn predict)"
+    )
+
+
 def read_open(f: h5py.File, name: str, validate: bool = True) -> Fracture:
     """Read the group ``name`` from an already open file of either layout (for readers that keep a handle)."""
     fracture = _read_group(f.filename, f, name, detect_layout(f, f.filename))
@@ -357,16 +387,39 @@ def read_fractures(path: str | os.PathLike, validate: bool = True) -> list[Fract
     return fractures
 
 
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise :class:`OutputError` unless a file ``path`` could be written: it is no directory, and its nearest
+    existing folder is one this process may write into. For checks before long work; writes check again."""
+    target = Path(path)
+    if target.is_dir():
+        raise OutputError(f"{target}: is a directory; give a file name to write")
+    folder = target.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputError(f"{target}: cannot write here: {folder} is not a directory")
+    # access() also reports a read-only file system, which permission bits do not show (root may write anyway).
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{target}: cannot write here: {folder} is not writable")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success fsync it and rename it onto ``path``.
 
     The rename is atomic on POSIX, so readers see either the old file or the complete new one, and a writer
-    killed part-way leaves at most a stray ``.<name>.*.tmp`` file, never a half-written ``path``.
+    killed part-way leaves at most a stray ``.<name>.*.tmp`` file, never a half-written ``path``. A place that
+    cannot be written (read-only, full, a directory named ``path``) raises :class:`OutputError`, and the
+    temporary file is removed.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    if target.is_dir():
+        raise OutputError(f"{target}: is a directory; give a file name to write")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as err:
+        raise OutputError(f"{target}: cannot write here: {err.strerror or err}") from err
     os.close(fd)
     # mkstemp creates the file private (0600); give it the mode an ordinary open() would have given.
     umask = os.umask(0)
@@ -377,6 +430,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+    except OSError as err:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(err, OutputError):
+            raise
+        raise OutputError(f"{target}: cannot write: {err.strerror or err}") from err
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -387,6 +446,21 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def atomic_hdf5(path: str | os.PathLike) -> Iterator[h5py.File]:
+    """Yield a new, empty HDF5 file; on success write it atomically to ``path`` (see :func:`atomic_path`).
+
+    The file is built in memory and written to disk with plain file writes. HDF5 writing straight to a disk
+    that fills up fails part-way, and closing that file handle afterwards can crash the process (h5py
+    segfaults flushing its metadata); a plain write fails with a clean ``OSError`` instead.
+    """
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        yield f
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(buffer.getbuffer())
 
 
 def write_fractures(
@@ -415,7 +489,7 @@ def write_fractures(
                 f"{_where(path, fracture.name)}: the original layout holds only 2D fractures with flow "
                 f"along x, inlet 2 and outlet 1"
             )
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_hdf5(path) as f:
         if layout == "original":
             for fr in fractures:
                 g = f.create_group(fr.name)

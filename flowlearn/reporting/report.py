@@ -174,8 +174,14 @@ def report_sweep(
         final: dict[str, float] = {}
         epochs = "–"
         if (run / "metrics.csv").is_file():
-            columns = read_metrics(run)
-            final, epochs = final_metrics(columns), str(_epochs(columns))
+            # A job killed before its first epoch leaves a metrics.csv without rows: one incomplete run, not a
+            # failed table.
+            try:
+                columns = read_metrics(run)
+            except RunDirectoryError:
+                missing.append("logged epochs (metrics.csv has none)")
+            else:
+                final, epochs = final_metrics(columns), str(_epochs(columns))
         error = run_error(run)
         if error:
             status = "failed: " + error.replace("|", "\\|")

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from flowlearn.errors import RunDirectoryError
+
 
 def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
     """Columns of ``<run_dir>/metrics.csv`` as float arrays (NaN where a row did not log that column).
@@ -22,11 +24,21 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"{run_dir}: no metrics.csv (was the run started with logger=csv?)")
     with path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    names = rows[0].keys() if rows else []
-    return {
-        name: np.array([float(r[name]) if r[name] not in ("", None) else math.nan for r in rows])
-        for name in names
-    }
+    if not rows or "epoch" not in rows[0]:
+        raise RunDirectoryError(f"{path}: no logged epochs (not a metrics file of Lightning's CSV logger)")
+    columns = {}
+    for name in rows[0]:
+        values = []
+        for line, row in enumerate(rows, start=2):
+            value = row[name]
+            try:
+                values.append(math.nan if value in ("", None) else float(value))
+            except ValueError:
+                raise RunDirectoryError(
+                    f"{path}: line {line}, column {name!r}: {value!r} is not a number"
+                ) from None
+        columns[name] = np.array(values)
+    return columns
 
 
 def metric_series(columns: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:

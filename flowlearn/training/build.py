@@ -48,7 +48,11 @@ def load_run(
     run_dir = Path(run_dir)
     config_path = run_dir / ".hydra" / "config.yaml"
     checkpoint = Path(checkpoint) if checkpoint else run_dir / "checkpoints" / "last.ckpt"
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such run directory")
     for needed, what in ((config_path, "the run's config"), (checkpoint, "a checkpoint")):
+        if needed.is_dir():
+            raise FileNotFoundError(f"{needed}: is a directory, not {what} file")
         if not needed.exists():
             raise FileNotFoundError(f"{run_dir}: {what} is missing ({needed} does not exist)")
     cfg = OmegaConf.load(config_path)

@@ -1,18 +1,80 @@
 """Checks of a training config that Hydra's own schema cannot express: value ranges and files that must exist.
 
 Each problem is reported as one line that names the option, e.g. ``optimizer.lr must be > 0, got -0.001``.
-(Misspelt keys and unknown group options are caught by Hydra itself, which lists the valid choices.)
+Misspelt keys, unknown group options and malformed overrides are caught by Hydra itself, which lists the valid
+choices; :func:`hydra_errors_as_one_line` turns its message into one line too, and :class:`OutputDirCheck` stops a
+run whose output directory cannot be written before Hydra tries to write there. Every such mistake exits with
+:data:`flowlearn.errors.USER_ERROR_STATUS` (2).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from hydra.errors import ConfigCompositionException, OverrideParseException, SearchPathException
+from hydra.experimental.callback import Callback
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from flowlearn.errors import ConfigError
+from flowlearn.checks import is_integer, is_number
+from flowlearn.errors import ConfigError, UserErrorExit
+
+
+def exit_with_user_error(error: BaseException) -> None:
+    """Print ``error`` as one ``error: ...`` line on stderr and exit with status 2 (:class:`UserErrorExit`)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    message = f"error: {' '.join(lines)}"
+    print(message, file=sys.stderr)
+    raise UserErrorExit(message)
+
+
+@contextlib.contextmanager
+def hydra_errors_as_one_line() -> Iterator[None]:
+    """Around a ``@hydra.main`` function: Hydra's own config errors become one line and exit status 2.
+
+    Hydra prints these itself, over several lines, and exits 1; with ``HYDRA_FULL_ERROR=1`` it raises them
+    instead, so that they can be reported here. Other failures then keep their full traceback.
+    """
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    try:
+        yield
+    except OverrideParseException as error:
+        exit_with_user_error(ConfigError(f"override {error.override!r}: {error.message}"))
+    except (ConfigCompositionException, SearchPathException) as error:
+        # The search path Hydra appends to an unknown option names its own folders, not the user's mistake.
+        exit_with_user_error(ConfigError(str(error).split("Config search path:")[0]))
+
+
+class OutputDirCheck(Callback):
+    """Hydra callback: stop with one line when the run (or sweep) directory cannot be created or written.
+
+    Hydra creates the directory and writes ``.hydra/`` into it before the job starts, and a failure there would
+    be a traceback.
+    """
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _writable_dir("hydra.run.dir", config.hydra.run.dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
+
+
+def _writable_dir(key: str, directory: str) -> None:
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        exit_with_user_error(ConfigError(f"{key}: cannot create {path}: {err.strerror or err}"))
+    # access() also reports a read-only file system, which permission bits do not show.
+    if not os.access(path, os.W_OK | os.X_OK):
+        exit_with_user_error(ConfigError(f"{key}: cannot write into {path}"))
+
 
 # The loosest solver tolerance a training run accepts: the relative accuracy of the reference pressures themselves
 # (an LBM run stops when the velocity changes by less than 1e-6 over its check interval).
@@ -24,24 +86,79 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def _positive(cfg: DictConfig, key: str, integer: bool = False) -> None:
+def _number(cfg: DictConfig, key: str, low: float, strict: bool = True, high: float = math.inf) -> None:
+    """``key``, when set, is a finite number above ``low`` (or equal, unless ``strict``) and below ``high``."""
     value = OmegaConf.select(cfg, key)
     if value is None:
         return
-    kind = int if integer else (int, float)
-    _check(
-        isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
-        f"{key} must be {'a positive integer' if integer else '> 0'}, got {value!r}",
-    )
+    above = (value > low if strict else value >= low) if is_number(value) else False
+    bound = f"> {low:g}" if strict else f">= {low:g}"
+    if high < math.inf:
+        bound = f"in ({low:g}, {high:g})" if strict else f"in [{low:g}, {high:g})"
+    _check(above and value < high, f"{key} must be a number {bound}, got {value!r}")
+
+
+def _integer(cfg: DictConfig, key: str, low: int = 1) -> None:
+    """``key``, when set, is an integer >= ``low``."""
+    value = OmegaConf.select(cfg, key)
+    if value is None:
+        return
+    what = "a positive integer" if low == 1 else f"an integer >= {low}"
+    _check(is_integer(value) and value >= low, f"{key} must be {what}, got {value!r}")
+
+
+def _positive(cfg: DictConfig, key: str, integer: bool = False) -> None:
+    if integer:
+        _integer(cfg, key)
+    else:
+        value = OmegaConf.select(cfg, key)
+        _check(value is None or (is_number(value) and value > 0), f"{key} must be > 0, got {value!r}")
+
+
+def _file(key: str, value: object, what: str) -> None:
+    """``value`` names an existing file (relative paths from where ``train.py`` was started)."""
+    path = Path(to_absolute_path(str(value)))
+    _check(not path.is_dir(), f"{key}: {value} is a directory, not a {what}")
+    _check(path.is_file(), f"{key}: {what} not found: {value}")
 
 
 def validate_config(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first impossible value in ``cfg``."""
-    _positive(cfg, "optimizer.lr")
-    _positive(cfg, "trainer.max_epochs", integer=True)
+    _integer(cfg, "seed", low=0)
+    # data
     _positive(cfg, "data.batch_size", integer=True)
+    _integer(cfg, "data.num_workers", low=0)
+    fractions = OmegaConf.select(cfg, "data.fractions")
+    if fractions is not None:
+        values = list(fractions) if OmegaConf.is_list(fractions) else [fractions]
+        _check(
+            len(values) == 3 and all(is_number(v) and v >= 0 for v in values) and values[0] > 0,
+            f"data.fractions must be three non-negative numbers (train, val, test) with train > 0, got {values}",
+        )
+        _check(abs(sum(values) - 1) < 1e-9, f"data.fractions must sum to 1, got {values} (sum {sum(values)})")
+    heads = OmegaConf.select(cfg, "data.heads")
+    if heads is not None:
+        values = list(heads) if OmegaConf.is_list(heads) else [heads]
+        _check(
+            len(values) == 2 and all(is_number(v) for v in values) and values[0] != values[1],
+            f"data.heads must be two different numbers (inlet, outlet) or null, got {values}",
+        )
+    path = OmegaConf.select(cfg, "data.path")
+    _check(path is not None, "data.path is not set: give an HDF5 file, e.g. data.path=path/to/fractures.h5")
+    paths = list(path) if OmegaConf.is_list(path) else [path]
+    _check(bool(paths), "data.path is an empty list: give at least one HDF5 file")
+    for p in paths:
+        _file("data.path", p, "file")
+    # model and law
     _positive(cfg, "model.channels", integer=True)
-    _positive(cfg, "model.kernel_size", integer=True)
+    _positive(cfg, "model.depth", integer=True)
+    kernel = OmegaConf.select(cfg, "model.kernel_size")
+    _check(
+        kernel is None or (is_integer(kernel) and kernel > 0 and kernel % 2 == 1),
+        f"model.kernel_size must be a positive odd integer, got {kernel!r}",
+    )
+    _number(cfg, "law.initial_exponent", -math.inf)
+    # solver
     for key in ("solver.rtol", "solver.reltol"):
         _positive(cfg, key)
         tolerance = OmegaConf.select(cfg, key)
@@ -51,25 +168,27 @@ def validate_config(cfg: DictConfig) -> None:
             f"{LOOSEST_SOLVER_TOLERANCE:g}): the loss and its gradient would follow the solver's error, not the "
             f"data; use {key} <= {LOOSEST_SOLVER_TOLERANCE:g} (the default is 1e-11)",
         )
-    workers = OmegaConf.select(cfg, "data.num_workers")
+    _positive(cfg, "solver.maxiter", integer=True)
+    # optimizer
+    _positive(cfg, "optimizer.lr")
+    _number(cfg, "optimizer.momentum", 0, strict=False, high=1)
+    _number(cfg, "optimizer.weight_decay", 0, strict=False)
+    # trainer
+    _positive(cfg, "trainer.max_epochs", integer=True)
+    _positive(cfg, "trainer.log_every_n_steps", integer=True)
+    _positive(cfg, "trainer.check_val_every_n_epoch", integer=True)
+    devices = OmegaConf.select(cfg, "trainer.devices")
     _check(
-        workers is None or (isinstance(workers, int) and workers >= 0),
-        f"data.num_workers must be >= 0, got {workers!r}",
+        devices is None or devices == "auto" or (is_integer(devices) and devices >= 1),
+        f"trainer.devices must be a positive integer or auto, got {devices!r}",
     )
-    fractions = OmegaConf.select(cfg, "data.fractions")
-    if fractions is not None:
-        values = list(fractions)
-        _check(
-            len(values) == 3 and all(isinstance(v, int | float) and v >= 0 for v in values) and values[0] > 0,
-            f"data.fractions must be three non-negative numbers (train, val, test) with train > 0, got {values}",
-        )
-        _check(abs(sum(values) - 1) < 1e-9, f"data.fractions must sum to 1, got {values} (sum {sum(values)})")
-    path = OmegaConf.select(cfg, "data.path")
-    _check(path is not None, "data.path is not set: give an HDF5 file, e.g. data.path=path/to/fractures.h5")
-    for p in path if OmegaConf.is_list(path) else [path]:
-        _check(Path(to_absolute_path(str(p))).is_file(), f"data.path: file not found: {p}")
+    # logger
+    _positive(cfg, "logger.flush_logs_every_n_steps", integer=True)
+    # callbacks
+    _integer(cfg, "callbacks.model_checkpoint.save_top_k", low=-1)
+    _positive(cfg, "callbacks.model_checkpoint.every_n_epochs", integer=True)
+    _positive(cfg, "callbacks.figures.every_n_epochs", integer=True)
+    _number(cfg, "callbacks.figures.max_overhead", 0, strict=False)
     checkpoint = OmegaConf.select(cfg, "ckpt_path")
-    _check(
-        checkpoint is None or Path(to_absolute_path(str(checkpoint))).is_file(),
-        f"ckpt_path: checkpoint not found: {checkpoint}",
-    )
+    if checkpoint is not None:
+        _file("ckpt_path", checkpoint, "checkpoint")

@@ -25,7 +25,9 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     # Lightning hints at srun whenever SLURM is installed, even for a run on a login node or a laptop that is meant
     # to run outside the scheduler; jobs that the SLURM launcher submits never print it (they run under srun).
-    warnings.filterwarnings("ignore", message=r"The `srun` command is available on your system but is not used")
+    warnings.filterwarnings(
+        "ignore", message=r"The `srun` command is available on your system but is not used"
+    )
 
 
 def summary(metrics: Mapping[str, float], run_dir: Path) -> str:

@@ -21,8 +21,9 @@ def predict(
 
     Returns the number of fractures written.
     """
-    module, _ = load_run(run_dir, checkpoint)
+    # The inputs first: a bad file is found before the model is loaded.
     dataset = FractureDataset(find_fractures([str(p) for p in inputs]), require_pressure=False)
+    module, _ = load_run(run_dir, checkpoint)
     try:
         return write_predictions(module, [("predict", dataset)], output)
     finally:

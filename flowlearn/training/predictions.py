@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from flowlearn.data.datamodule import FractureDataset, FractureRef
-from flowlearn.data.schema import atomic_path, read_fracture
+from flowlearn.data.schema import atomic_hdf5, open_file, read_fracture
 from flowlearn.training.module import FractureFlowModule
 
 FIELD_NAMES = (
@@ -142,7 +142,7 @@ def write_predictions(
     module.eval()
     count = 0
     try:
-        with atomic_path(path) as tmp, h5py.File(tmp, "w") as out:
+        with atomic_hdf5(path) as out:
             for split, dataset in datasets:
                 for index in range(len(dataset)):
                     _write_group(out, predict_fields(module, dataset, index, split))
@@ -175,7 +175,7 @@ def read_predictions(path: str | Path) -> list[FractureFields]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no predictions file {path}")
-    with h5py.File(path, "r") as f:
+    with open_file(path) as f:
         return [
             FractureFields(
                 name=name,

@@ -29,6 +29,8 @@ from hydra.types import HydraContext, TaskFunction
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from omegaconf import DictConfig, OmegaConf
 
+from flowlearn.errors import UserErrorExit
+
 log = logging.getLogger(__name__)
 
 ERROR_FILE = "error.txt"
@@ -43,8 +45,8 @@ def run_error(run_dir: str | Path) -> str | None:
 class _RecordFailure:
     """The task function of a job, which writes ``error.txt`` into the run directory when the run fails.
 
-    flowlearn exits with ``sys.exit("error: ...")`` on a user error; that ``SystemExit`` becomes a
-    Hydra's ``CompactHydraException`` (printed as one line, without a traceback), so Hydra returns a failed result instead of the job dying without one (submitit
+    flowlearn exits with :class:`~flowlearn.errors.UserErrorExit` on a user error; that exit becomes Hydra's
+    ``CompactHydraException`` (printed as one line, without a traceback), so Hydra returns a failed result instead of the job dying without one (submitit
     then knows the job ended even on a cluster without accounting, where ``sacct`` cannot tell it).
     """
 
@@ -61,8 +63,11 @@ class _RecordFailure:
             # after requeueing the job; -1: submitit's preemption handler, after requeueing. No result: it runs again.
             if stop.code in (None, 0, -1):
                 raise
-            message = stop.code if isinstance(stop.code, str) else f"exited with status {stop.code}"
-            print(message, file=sys.stderr)
+            if isinstance(stop, UserErrorExit):
+                message = stop.message  # already printed, into the job's log
+            else:
+                message = stop.code if isinstance(stop.code, str) else f"exited with status {stop.code}"
+                print(message, file=sys.stderr)
             _record(run_dir, message)
             raise CompactHydraException(message) from None
         except Exception as error:

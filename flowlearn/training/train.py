@@ -12,7 +12,6 @@ Outputs, in the run directory (Hydra's output directory):
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -21,10 +20,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
+from flowlearn.data.schema import validate_file
 from flowlearn.errors import USER_ERRORS, ConfigError
 from flowlearn.training.build import build_correction
 from flowlearn.training.checkpoints import prepare_outputs
-from flowlearn.training.config import validate_config
+from flowlearn.training.config import exit_with_user_error, validate_config
 from flowlearn.training.console import quiet_lightning, summary
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import write_predictions
@@ -40,8 +40,7 @@ def run(cfg: DictConfig) -> float | None:
         cause = _user_error(error)
         if cause is None:
             raise
-        # Printed to stderr with exit status 1; the message travels with the SystemExit (see flowlearn.training.slurm).
-        sys.exit(f"error: {cause}")
+        exit_with_user_error(cause)
     return metrics.get("val/mse")
 
 
@@ -65,9 +64,18 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
         torch.set_default_dtype(previous)
 
 
+def check_inputs(cfg: DictConfig) -> None:
+    """Everything that can be checked before any heavy start-up: the config's values, then every fracture of the
+    data files against the schema. Raises :class:`ConfigError` or :class:`DataValidationError`."""
+    validate_config(cfg)
+    paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
+    for path in paths:
+        validate_file(to_absolute_path(str(path)), require_pressure=True)
+
+
 def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     quiet_lightning()
-    validate_config(cfg)
+    check_inputs(cfg)
     L.seed_everything(cfg.seed, workers=True)
     paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
     cfg.data.path = [to_absolute_path(str(p)) for p in paths]

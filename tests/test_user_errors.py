@@ -1,0 +1,411 @@
+"""A user's mistake gets one line that names the option, file, field or folder, and exit status 2; no traceback.
+
+One table per entry point: the training config (`python train.py`'s checks, run in this process on a composed
+config up to the point where they stop the run), the data files, the `flowlearn` command's arguments (its `main`
+in this process) and the file system (full and read-only file systems, mounted as tmpfs when this process may
+mount). A few end-to-end runs of `python train.py` and `python -m flowlearn.cli` check the same in a real process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from test_configs import _compose
+from test_train import ROOT
+
+from flowlearn.cli import main
+from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.training.config import hydra_errors_as_one_line
+from flowlearn.training.train import run
+
+
+def _fracture(name: str, shape: tuple[int, int] = (6, 8), **fields) -> Fracture:
+    """A uniform fracture with the linear pressure from inlet 2 to outlet 1."""
+    pressure = np.tile(2 - np.arange(shape[1]) / (shape[1] - 1), (shape[0], 1))
+    return Fracture(name, np.full(shape, 1e-4), pressure, voxel_size=1e-5, **fields)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    """A good small dataset and the bad files of the tables, by name."""
+    base = tmp_path_factory.mktemp("files")
+    good = base / "good.h5"
+    write_fractures(good, [_fracture(f"f{i}") for i in range(4)])
+    made = {name: base / f"{name}.h5" for name in ("folder", "empty", "text", "truncated", "corrupt")}
+    made["good"] = good
+    made["folder"].mkdir()
+    made["empty"].write_bytes(b"")
+    made["text"].write_text("aperture,pressure\n1,2\n")
+    data = good.read_bytes()
+    made["truncated"].write_bytes(data[: len(data) // 3])
+    # An HDF5 signature and superblock, then zeros where the objects are.
+    made["corrupt"].write_bytes(data[:512] + bytes(len(data) - 512))
+    with h5py.File(made.setdefault("no_groups", base / "no_groups.h5"), "w") as f:
+        f.attrs["schema"], f.attrs["schema_version"] = "flowlearn-fractures", 1
+    with h5py.File(made.setdefault("version", base / "version.h5"), "w") as f:
+        f.attrs["schema"], f.attrs["schema_version"] = "flowlearn-fractures", 7
+    with h5py.File(made.setdefault("foreign", base / "foreign.h5"), "w") as f:
+        f.create_group("g").create_dataset("temperature", data=np.zeros((3, 3)))
+    for name, edit in {
+        "nan": lambda g: g["pressure"].__setitem__((2, 3), np.nan),
+        "negative": lambda g: g["aperture"].__setitem__((1, 1), -1.0),
+        "no_pressure": lambda g: g.__delitem__("pressure"),
+        "extra_field": lambda g: g.create_dataset("velocity", data=np.zeros((6, 8))),
+        "no_attr": lambda g: g.attrs.__delitem__("inlet_pressure"),
+        "inlet": lambda g: g.attrs.__setitem__("inlet_pressure", 5.0),
+        "axis": lambda g: g.attrs.__setitem__("flow_axis", "q"),
+    }.items():
+        made[name] = base / f"{name}.h5"
+        shutil.copy(good, made[name])
+        with h5py.File(made[name], "r+") as f:
+            edit(f["f2"])
+    return made
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory) -> Path:
+    """A directory with every output a finished run has, none of them real: for checks that come first."""
+    run_dir = tmp_path_factory.mktemp("fake_run")
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (run_dir / "predictions.h5").write_bytes(b"")
+    (run_dir / "metrics.csv").write_text("this is,not\na metrics,file\n")
+    return run_dir
+
+
+def _one_line(status: int, err: str, *names: str) -> None:
+    """The common assertion: exit status 2, one line on stderr naming every one of ``names``."""
+    assert status == 2, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    for name in names:
+        assert name in err, (name, err)
+
+
+# ------------------------------------------------------------------------------------------------- the config
+
+CONFIG_ROWS = [
+    ("seed=abc", "seed must be an integer >= 0, got 'abc'"),
+    ("seed=-1", "seed must be an integer >= 0, got -1"),
+    ("seed=1.5", "seed must be an integer"),
+    ("data.batch_size=2.5", "data.batch_size must be a positive integer, got 2.5"),
+    ("data.batch_size=0", "data.batch_size must be a positive integer, got 0"),
+    ("data.batch_size=abc", "data.batch_size must be a positive integer, got 'abc'"),
+    ("data.num_workers=-1", "data.num_workers must be an integer >= 0, got -1"),
+    ("data.fractions=[0.5,0.5]", "data.fractions must be three non-negative numbers"),
+    ("data.fractions=[0.5,0.3,0.3]", "data.fractions must sum to 1"),
+    ("data.fractions=[0,0.5,0.5]", "with train > 0"),
+    ("data.fractions=[a,b,c]", "data.fractions must be three non-negative numbers"),
+    ("data.heads=[1,1]", "data.heads must be two different numbers (inlet, outlet) or null, got [1, 1]"),
+    ("data.heads=[2]", "data.heads must be two different numbers"),
+    ("data.heads=[x,1]", "data.heads must be two different numbers"),
+    ("data.path=[]", "data.path is an empty list"),
+    ("model.depth=0", "model.depth must be a positive integer, got 0"),
+    ("model.depth=-3", "model.depth must be a positive integer, got -3"),
+    ("model.channels=0", "model.channels must be a positive integer, got 0"),
+    ("model.channels=1.5", "model.channels must be a positive integer, got 1.5"),
+    ("model.kernel_size=4", "model.kernel_size must be a positive odd integer, got 4"),
+    ("model.kernel_size=abc", "model.kernel_size must be a positive odd integer"),
+    ("law=exponent law.initial_exponent=abc", "law.initial_exponent must be a number"),
+    ("solver.rtol=-1", "solver.rtol must be > 0, got -1"),
+    ("solver.rtol=abc", "solver.rtol must be > 0, got 'abc'"),
+    ("optimizer.lr=-0.001", "optimizer.lr must be > 0, got -0.001"),
+    ("optimizer.lr=0", "optimizer.lr must be > 0, got 0"),
+    ("optimizer.lr=abc", "optimizer.lr must be > 0, got 'abc'"),
+    ("optimizer=sgd optimizer.momentum=1.5", "optimizer.momentum must be a number in [0, 1), got 1.5"),
+    ("optimizer=sgd optimizer.momentum=-0.1", "optimizer.momentum must be a number in [0, 1)"),
+    ("trainer.max_epochs=abc", "trainer.max_epochs must be a positive integer, got 'abc'"),
+    ("trainer.max_epochs=0", "trainer.max_epochs must be a positive integer, got 0"),
+    ("trainer.max_epochs=2.5", "trainer.max_epochs must be a positive integer, got 2.5"),
+    ("trainer.devices=0", "trainer.devices must be a positive integer or auto, got 0"),
+    ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps must be a positive integer"),
+    ("trainer.check_val_every_n_epoch=-1", "trainer.check_val_every_n_epoch must be a positive integer"),
+    ("+logger.flush_logs_every_n_steps=0", "logger.flush_logs_every_n_steps must be a positive integer"),
+    (
+        "callbacks.model_checkpoint.save_top_k=-2",
+        "callbacks.model_checkpoint.save_top_k must be an integer >= -1",
+    ),
+    (
+        "callbacks.model_checkpoint.every_n_epochs=0",
+        "callbacks.model_checkpoint.every_n_epochs must be a positive",
+    ),
+    ("callbacks.figures.every_n_epochs=abc", "callbacks.figures.every_n_epochs must be a positive integer"),
+    ("callbacks.figures.max_overhead=-1", "callbacks.figures.max_overhead must be a number >= 0"),
+    # Hydra's own errors: misspelt keys, unknown options, malformed overrides.
+    ("optimizer.lrr=0.1", "Could not override 'optimizer.lrr'"),
+    ("solver=nonexistent", "Could not find 'solver/nonexistent'"),
+    ("model=resnet", "Could not find 'model/resnet'"),
+    ("seed=[1", "override 'seed=[1'"),
+    ("data.batch_size=", "data.batch_size"),
+    ("optimizer.lr=nan", "optimizer.lr"),
+    ("solver.rtol=0.5", "solver.rtol"),
+]
+
+# Overrides that point at a file: {name} is a file of the `files` fixture, {tmp} a fresh folder.
+FILE_ROWS = [
+    ("data.path={tmp}/missing.h5", "data.path: file not found: {tmp}/missing.h5"),
+    ("data.path={folder}", "data.path: {folder} is a directory, not a file"),
+    ("data.path=[{good},{tmp}/missing.h5]", "data.path: file not found: {tmp}/missing.h5"),
+    ("data.path={empty}", "{empty}: empty file (0 bytes)"),
+    ("data.path={text}", "{text}: not an HDF5 file"),
+    ("data.path={truncated}", "{truncated}"),
+    ("data.path={corrupt}", "{corrupt}"),
+    ("data.path={no_groups}", "{no_groups}: contains no fracture groups"),
+    ("data.path={version}", "{version}: schema_version 7 is not supported"),
+    ("data.path={foreign}", "{foreign}: neither the flowlearn layout"),
+    ("data.path={nan}", "{nan}: group 'f2': field 'pressure': 1 non-finite"),
+    ("data.path={negative}", "{negative}: group 'f2': field 'aperture': 1 negative apertures"),
+    (
+        "data.path={no_pressure}",
+        "{no_pressure}: group 'f2': field 'pressure': missing; training needs the reference pressure",
+    ),
+    ("data.path={extra_field}", "{extra_field}: group 'f2': field 'velocity': unexpected field"),
+    ("data.path={no_attr}", "{no_attr}: group 'f2': missing attribute 'inlet_pressure'"),
+    ("data.path={inlet}", "{inlet}: group 'f2': field 'pressure': inlet face"),
+    ("data.path={axis}", "{axis}: group 'f2': attribute 'flow_axis' is 'q'"),
+    ("ckpt_path={tmp}/missing.ckpt", "ckpt_path: checkpoint not found: {tmp}/missing.ckpt"),
+    ("ckpt_path={folder}", "ckpt_path: {folder} is a directory, not a checkpoint"),
+]
+
+
+def _train_checks(tmp_path: Path, capsys, monkeypatch, overrides: list[str]) -> tuple[int, str]:
+    """What `python train.py <overrides>` does up to its checks, in this process: (exit status, stderr)."""
+    # hydra_errors_as_one_line sets this for its process; keep it out of the other tests.
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    run_dir = tmp_path / "run"
+    try:
+        with hydra_errors_as_one_line():
+            # Short, should a row's check be missing: the run then trains one epoch and the row fails.
+            run(_compose(run_dir, "trainer.max_epochs=1", *overrides))
+    except SystemExit as exit:
+        return exit.code, capsys.readouterr().err
+    return 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides, message", CONFIG_ROWS)
+def test_config_mistakes(files, tmp_path, capsys, monkeypatch, overrides, message):
+    status, err = _train_checks(
+        tmp_path, capsys, monkeypatch, [f"data.path={files['good']}", *overrides.split()]
+    )
+    _one_line(status, err, message)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("override, message", FILE_ROWS)
+def test_data_and_checkpoint_file_mistakes(files, tmp_path, capsys, monkeypatch, override, message):
+    names = {name: str(path) for name, path in files.items()} | {"tmp": str(tmp_path)}
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, [override.format(**names)])
+    _one_line(status, err, message.format(**names))
+
+
+def _barrier(tmp_path: Path) -> Path:
+    """A fracture with a zero-aperture barrier across its width: no path from the inlet to the outlet."""
+    fractures = [_fracture(f"f{i}") for i in range(4)]
+    fractures[0].aperture[:, 4] = 0.0
+    path = tmp_path / "barrier.h5"
+    write_fractures(path, fractures)
+    return path
+
+
+def test_an_inlet_cut_off_from_the_outlet(tmp_path, capsys, monkeypatch):
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={_barrier(tmp_path)}"])
+    _one_line(status, err, "inlet")
+
+
+# ---------------------------------------------------------------------------------------- the flowlearn command
+
+
+def _flowlearn(capsys, *argv: str) -> tuple[int, str]:
+    """`flowlearn <argv>` in this process: (exit status, stderr)."""
+    try:
+        status = main(list(argv))
+    except SystemExit as exit:  # argparse's usage errors
+        status = exit.code
+    return status, capsys.readouterr().err
+
+
+GENERATE_ROWS = [
+    (["--count", "-1"], "--count must be an integer >= 1, got -1"),
+    (["--count", "0"], "--count must be an integer >= 1, got 0"),
+    (["--count", "abc"], "argument --count: invalid int value: 'abc'"),
+    (["--shape", "0", "8"], "--shape must be two integers >= 2 (H W), got (0, 8)"),
+    (["--shape", "8"], "argument --shape: expected 2 arguments"),
+    (["--shape", "8", "-4"], "--shape must be two integers >= 2"),
+    (["--hurst", "0"], "--hurst must be in (0, 1], got 0.0"),
+    (["--hurst", "1.5"], "--hurst must be in (0, 1], got 1.5"),
+    (["--hurst", "nan"], "--hurst must be in (0, 1], got nan"),
+    (["--rms", "-1"], "--rms must be >= 0, got -1.0"),
+    (["--mean-aperture", "-2"], "--mean-aperture must be >= 0, got -2.0"),
+    (["--mismatch-length", "0"], "--mismatch-length must be > 0"),
+    (["--seed", "-5"], "--seed must be an integer >= 0, got -5"),
+    (["--voxel-size", "0"], "--voxel-size must be > 0, got 0.0"),
+    (["--omega", "3"], "--omega must be in (0, 2), got 3.0"),
+    (["--omega", "0"], "--omega must be in (0, 2), got 0.0"),
+    (["--omega", "2"], "--omega must be in (0, 2), got 2.0"),
+    (["--density-drop", "0"], "--density-drop must be in (0, 2), got 0.0"),
+    (["--tolerance", "0"], "--tolerance must be > 0, got 0.0"),
+    (["--tolerance=-1e-6"], "--tolerance must be > 0"),
+    (["--check-interval", "0"], "--check-interval must be an integer >= 1, got 0"),
+    (["--max-steps", "50"], "--max-steps must be an integer >= check_interval (100), got 50"),
+    (["--threads", "0"], "--threads must be an integer >= 1"),
+    (["--reservoir", "-1"], "--reservoir must be an integer >= 0, got -1"),
+    (["--target", "tpu"], "argument --target: invalid choice: 'tpu'"),
+    (["--unknown"], "unrecognized arguments: --unknown"),
+]
+
+
+@pytest.mark.parametrize("options, message", GENERATE_ROWS)
+def test_generate_mistakes_stop_before_any_simulation(tmp_path, capsys, options, message):
+    status, err = _flowlearn(capsys, "generate", str(tmp_path / "out.h5"), "--quiet", *options)
+    _one_line(status, err, message)
+    assert not (tmp_path / "out.h5").exists()
+
+
+# {name}: a file of the `files` fixture, {run}: a fake run directory, {tmp}: a fresh folder.
+COMMAND_ROWS = [
+    (["convert", "{tmp}/missing.h5", "{tmp}/out.h5"], "{tmp}/missing.h5: no such file"),
+    (["convert", "{text}", "{tmp}/out.h5"], "{text}: not an HDF5 file"),
+    (["convert", "{corrupt}", "{tmp}/out.h5"], "{corrupt}"),
+    (["convert", "{nan}", "{tmp}/out.h5"], "field 'pressure'"),
+    (["convert", "{good}", "{folder}"], "{folder}: is a directory"),
+    (["convert", "{good}", "{good}/out.h5"], "{good}/out.h5: cannot write here"),
+    (["convert", "{good}", "{tmp}/out.h5", "--layout", "matlab"], "argument --layout: invalid choice"),
+    (["convert", "{good}"], "the following arguments are required: dst"),
+    (["report", "{run}", "--dpi", "0"], "argument --dpi: must be a positive integer, got 0"),
+    (["report", "{run}", "--dpi", "-10"], "argument --dpi: must be a positive integer"),
+    (["report", "{run}", "--dpi", "abc"], "argument --dpi: invalid int value: 'abc'"),
+    (["report", "{tmp}/nowhere"], "{tmp}/nowhere: no such directory"),
+    (["report", "{run}"], "{run}/metrics.csv: no logged epochs"),
+    (["predict", "{tmp}/nowhere", "{good}", "-o", "{tmp}/p.h5"], "{tmp}/nowhere: no such run directory"),
+    (["predict", "{run}", "{tmp}/missing.h5", "-o", "{tmp}/p.h5"], "{tmp}/missing.h5: no such file"),
+    (["predict", "{run}", "{empty}", "-o", "{tmp}/p.h5"], "{empty}: empty file"),
+    (["predict", "{run}", "{good}", "-o", "{folder}"], "{folder}: is a directory"),
+    (
+        ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{folder}"],
+        "{folder}: is a directory",
+    ),
+    (
+        ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{tmp}/none.ckpt"],
+        "a checkpoint is missing ({tmp}/none.ckpt does not exist)",
+    ),
+    (["predict", "{run}", "{good}"], "the following arguments are required: -o/--output"),
+    (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+]
+
+
+@pytest.mark.parametrize("argv, message", COMMAND_ROWS)
+def test_command_mistakes(files, fake_run, tmp_path, capsys, argv, message):
+    names = {name: str(path) for name, path in files.items()} | {"tmp": str(tmp_path), "run": str(fake_run)}
+    status, err = _flowlearn(capsys, *(a.format(**names) for a in argv))
+    _one_line(status, err, message.format(**names))
+
+
+def test_an_incomplete_sweep_is_a_status_not_an_error(fake_run, tmp_path, capsys):
+    # Exit status 1, as documented: the table is written, the incomplete runs are listed.
+    sweep = tmp_path / "sweep"
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    (sweep / "1").mkdir()
+    (sweep / "1" / "metrics.csv").write_text("")  # a job killed before its first epoch
+    status, err = _flowlearn(capsys, "report", str(sweep))
+    assert status == 1 and (sweep / "report.md").is_file()
+    assert "Traceback" not in err and "metrics.csv has none" in err
+
+
+# ------------------------------------------------------------------------------------------ the file system
+
+
+@contextlib.contextmanager
+def _mounted(where: Path, options: str):
+    """A tmpfs mounted at ``where`` with ``options``; the test is skipped (saying why) where mounting fails."""
+    where.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({result.stderr.decode().strip() or 'not permitted'})")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def _big_dataset(path: Path) -> Path:
+    """Fractures with random apertures, so that they do not compress: over 1 MB."""
+    rng = np.random.default_rng(0)
+    fractures = [_fracture(f"f{i}", (64, 64)) for i in range(32)]
+    for fracture in fractures:
+        fracture.aperture[:] = 1e-4 * (1 + rng.random((64, 64)))
+    write_fractures(path, fractures)
+    return path
+
+
+def test_a_full_disk_leaves_the_previous_file_intact(tmp_path, capsys):
+    source = _big_dataset(tmp_path / "big.h5")
+    with _mounted(tmp_path / "full", "size=100k") as full:
+        target = full / "out.h5"
+        target.write_bytes(b"the previous file")
+        status, err = _flowlearn(capsys, "convert", str(source), str(target))
+        _one_line(status, err, str(target), "No space left on device")
+        assert target.read_bytes() == b"the previous file"
+        assert os.listdir(full) == ["out.h5"]  # no temporary file left behind
+
+
+def test_predictions_on_a_full_disk(tmp_path):
+    from flowlearn.data.schema import atomic_hdf5
+    from flowlearn.errors import OutputError
+
+    with _mounted(tmp_path / "full", "size=100k") as full:
+        with pytest.raises(OutputError, match=r"predictions\.h5: cannot write: No space left on device"):
+            with atomic_hdf5(full / "predictions.h5") as f:
+                f.create_dataset("pressure", data=np.zeros((128, 128)))
+        assert os.listdir(full) == []
+
+
+def test_a_read_only_folder(files, tmp_path, capsys):
+    with _mounted(tmp_path / "ro", "ro,size=10k") as read_only:
+        status, err = _flowlearn(capsys, "convert", str(files["good"]), str(read_only / "out.h5"))
+        _one_line(status, err, f"{read_only / 'out.h5'}: cannot write here", "not writable")
+        status, err = _flowlearn(capsys, "generate", str(read_only / "gen.h5"), "--quiet")
+        _one_line(status, err, f"{read_only / 'gen.h5'}: cannot write here")
+
+
+# ----------------------------------------------------------------------------------- in a real process, a few
+
+
+def _process(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["seed=abc"], "error: seed must be an integer >= 0, got 'abc'"),
+        (["optimizer.lrr=0.1"], "error: Could not override 'optimizer.lrr'"),
+    ],
+)
+def test_train_py_exits_2_with_one_line(files, tmp_path, overrides, message):
+    result = _process(
+        "train.py", f"hydra.run.dir={tmp_path / 'run'}", f"data.path={files['good']}", *overrides
+    )
+    _one_line(result.returncode, result.stderr, message)
+
+
+def test_train_py_with_an_unwritable_run_directory(files, tmp_path):
+    with _mounted(tmp_path / "ro", "ro,size=10k") as read_only:
+        result = _process("train.py", f"hydra.run.dir={read_only / 'run'}", f"data.path={files['good']}")
+        _one_line(result.returncode, result.stderr, f"hydra.run.dir: cannot create {read_only / 'run'}")
+
+
+def test_flowlearn_command_exits_2_with_one_line(tmp_path):
+    result = _process("-m", "flowlearn.cli", "generate", str(tmp_path / "out.h5"), "--omega", "3")
+    _one_line(
+        result.returncode, result.stderr, "flowlearn generate: error: --omega must be in (0, 2), got 3.0"
+    )
