@@ -148,6 +148,7 @@ CONFIG_ROWS = [
     ("seed=[1", "override 'seed=[1'"),
     ("data.batch_size=", "data.batch_size"),
     ("optimizer.lr=nan", "optimizer.lr"),
+    ("seed=${nope}", "Interpolation key 'nope' not found full_key: seed"),
     ("solver.rtol=0.5", "solver.rtol"),
 ]
 

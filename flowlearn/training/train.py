@@ -19,6 +19,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from flowlearn.data.schema import validate_file
 from flowlearn.errors import USER_ERRORS, ConfigError
@@ -49,6 +50,9 @@ def _user_error(error: BaseException | None) -> BaseException | None:
     while error is not None:
         if isinstance(error, USER_ERRORS):
             return error
+        if isinstance(error, OmegaConfBaseException):
+            # An override that does not resolve, e.g. seed=${nope}: the message names the key.
+            return ConfigError(" ".join(str(error).split()))
         error = error.__cause__
     return None
 
