@@ -127,6 +127,12 @@ class _RunWriter(ExperimentWriter):
         # history, which is empty for a fresh run and the kept earlier rows for a resumed one.
         pass
 
+    def restore(self, header: Sequence[str], rows: Iterable[Row]) -> None:
+        """Continue from ``rows`` instead of the history so far (a requeued job's checkpoint carries them)."""
+        self._history = list(rows)
+        self.metrics_keys = sorted(header)
+        write_rows(Path(self.metrics_file_path), self.metrics_keys, self._history)
+
     def save(self) -> None:
         if not self.metrics:
             return

@@ -17,7 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hydra.errors import ConfigCompositionException, OverrideParseException, SearchPathException
+from hydra.errors import (
+    CompactHydraException,
+    ConfigCompositionException,
+    OverrideParseException,
+    SearchPathException,
+)
 from hydra.experimental.callback import Callback
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
@@ -49,6 +54,10 @@ def hydra_errors_as_one_line() -> Iterator[None]:
     except (ConfigCompositionException, SearchPathException) as error:
         # The search path Hydra appends to an unknown option names its own folders, not the user's mistake.
         exit_with_user_error(ConfigError(str(error).split("Config search path:")[0]))
+    except CompactHydraException as error:
+        # Raised without a traceback by design, e.g. by the SLURM launcher for a sweep whose runs failed on a user
+        # error (each run's own line is in its log and error.txt).
+        exit_with_user_error(ConfigError(str(error)))
 
 
 class OutputDirCheck(Callback):

@@ -31,7 +31,8 @@ from typing import Any
 
 import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
-from lightning.pytorch.loggers import CSVLogger
+
+from flowlearn.training.checkpoints import RunCSVLogger
 
 
 class RequeueResume(L.Callback):
@@ -104,8 +105,8 @@ class RequeueResume(L.Callback):
     # -- metrics.csv, carried in the checkpoints this callback saves -------------------------------------------
 
     @staticmethod
-    def _csv_logger(trainer: L.Trainer) -> CSVLogger | None:
-        return next((lg for lg in trainer.loggers if isinstance(lg, CSVLogger)), None)
+    def _csv_logger(trainer: L.Trainer) -> RunCSVLogger | None:
+        return next((lg for lg in trainer.loggers if isinstance(lg, RunCSVLogger)), None)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         # Only at this callback's epoch boundaries is "the rows logged so far" exactly what the resumed run must not
@@ -125,7 +126,6 @@ class RequeueResume(L.Callback):
         if not Path(str(trainer.ckpt_path)).resolve().is_relative_to(Path(logger.log_dir).resolve()):
             return
         text = checkpoint[self.KEY]
-        writer = logger.experiment
-        Path(writer.metrics_file_path).write_text(text)
-        # The writer appends under the header it knows (and rewrites the file when new columns appear).
-        writer.metrics_keys = list(next(csv.reader(io.StringIO(text)), []))
+        reader = csv.DictReader(io.StringIO(text))
+        rows = list(reader)
+        logger.experiment.restore(reader.fieldnames or [], rows)
