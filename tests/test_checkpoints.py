@@ -78,7 +78,7 @@ def test_run_ends_with_a_summary_of_the_test_metrics(flat_run):
     lines = [line for line in result.stdout.splitlines() if "done:" in line]
     assert len(lines) == 1
     match = re.search(
-        r"done: test MSE (\S+) \(cubic law (\S+)\), mean error (\S+) % \(cubic law (\S+) %\); outputs in (\S+)$",
+        r"done: test MSE (\S+) \(Ap\^2 law (\S+)\), mean error (\S+) % \(Ap\^2 law (\S+) %\); outputs in (\S+)$",
         lines[0],
     )
     assert match, lines[0]

@@ -117,7 +117,7 @@ class DarcyProblem:
         nothing would flow, and every pressure would be one of the two heads. Names the inactive pixels that close
         off the region reached from the inlet."""
         grid = self.grid
-        _, labels = self._active_graph_components()
+        _, labels = self._active_graph_components
         labels = np.where(self.active, grid.to_image(labels), -1)
         inlet, outlet = (np.unique(labels[..., i][labels[..., i] >= 0]) for i in (0, -1))
         if np.intersect1d(inlet, outlet).size:
@@ -135,8 +135,10 @@ class DarcyProblem:
             f"{tuple(int(i) for i in blocking[0])}; nothing would flow"
         )
 
+    @cached_property
     def _active_graph_components(self) -> tuple[int, np.ndarray]:
-        """Connected components of the graph of active nodes; labels in node order."""
+        """Connected components of the graph of the nodes active as given (before unconnected ones are dropped);
+        labels in node order. Computed once: the checks of connectivity all read them."""
         grid = self.grid
         active = grid.to_nodes(self.active)
         a, b = grid.edges.T
@@ -147,7 +149,7 @@ class DarcyProblem:
 
     def _unconnected_nodes(self) -> np.ndarray:
         """bool array, image layout: active nodes in a region that contains no Dirichlet node."""
-        _, labels = self._active_graph_components()
+        _, labels = self._active_graph_components
         active = self.grid.to_nodes(self.active)
         fixed_labels = np.unique(labels[self.grid.to_nodes(self.dirichlet)])
         unconnected = active & ~np.isin(labels, fixed_labels)
@@ -155,7 +157,7 @@ class DarcyProblem:
 
     def _describe_unconnected(self) -> str:
         grid = self.grid
-        _, labels = self._active_graph_components()
+        _, labels = self._active_graph_components
         dropped = grid.to_nodes(self.dropped)
         region_labels, sizes = np.unique(labels[dropped], return_counts=True)
         lines = []

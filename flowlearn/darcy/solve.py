@@ -264,11 +264,8 @@ def _check_maximum_principle(
     float64 resolves at some node, and the factorisation returned rounding noise. Costs two reductions per solve;
     solves with sources (adjoint and tangent solves) are not checked.
     """
-    layout = problem.layout
-    fixed, active = (
-        torch.as_tensor(m, device=pressure.device) for m in (layout.fixed_mask, layout.active_mask)
-    )
-    source_free = ~(flows * (active & ~fixed)).any(dim=1)
+    _, _, _, free, fixed, active = problem.layout.torch_tensors(pressure.device)
+    source_free = ~(flows * free).any(dim=1)
     if not bool(source_free.any()):
         return
     inf = torch.inf

@@ -31,10 +31,12 @@ def quiet_lightning() -> None:
 
 
 def summary(metrics: Mapping[str, float], run_dir: Path) -> str:
-    """One line on what a run achieved: MSE and mean relative error (%) of the model and the cubic law.
+    """One line on what a run achieved: MSE and mean relative error (%) of the model and of the baseline the
+    metrics compare it with, k = Ap^2/12 (W = 1). That is T proportional to Ap^2, the original work's model, not the
+    local cubic law T = Ap^3/12, and the line says so.
 
     Uses the test split when the run had one, else validation; e.g.
-    ``done: test MSE 1.2e-04 (cubic law 3.4e-04), mean error 0.71 % (cubic law 1.52 %); outputs in <run_dir>``.
+    ``done: test MSE 1.2e-04 (Ap^2 law 3.4e-04), mean error 0.71 % (Ap^2 law 1.52 %); outputs in <run_dir>``.
     """
     for stage in ("test", "val"):
         names = [column(stage, MSE), column(stage, MSE, True), column(stage, REL_ERR_MEAN)]
@@ -42,7 +44,7 @@ def summary(metrics: Mapping[str, float], run_dir: Path) -> str:
         if all(name in metrics for name in names):
             mse, cubic_mse, err, cubic_err = (metrics[name] for name in names)
             return (
-                f"done: {stage} MSE {mse:.3g} (cubic law {cubic_mse:.3g}), "
-                f"mean error {err:.3g} % (cubic law {cubic_err:.3g} %); outputs in {run_dir}"
+                f"done: {stage} MSE {mse:.3g} (Ap^2 law {cubic_mse:.3g}), "
+                f"mean error {err:.3g} % (Ap^2 law {cubic_err:.3g} %); outputs in {run_dir}"
             )
     return f"done: outputs in {run_dir}"
