@@ -48,18 +48,21 @@ def _from_options(cls: type, args: argparse.Namespace, **given: object) -> objec
 
 
 def _run_generate(args: argparse.Namespace) -> int:
+    from flowlearn.checks import check_setting
     from flowlearn.data.generate import DatasetConfig, generate_dataset
     from flowlearn.data.lbm import LBMSettings
     from flowlearn.data.schema import check_writable
 
     try:
+        ranges = {name: _one_or_pair(name, getattr(args, name)) for name in DatasetConfig._ranged()}
         lbm = _from_options(LBMSettings, args)
-        config = _from_options(DatasetConfig, args, shape=tuple(args.shape), lbm=lbm)
+        config = _from_options(DatasetConfig, args, shape=tuple(args.shape), lbm=lbm, **ranges)
+        check_setting(args.processes >= 1, "processes", "must be an integer >= 1", args.processes)
     except SettingError as err:
         # The settings name their fields; on the command line they are options.
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
     check_writable(args.output)
-    summary = generate_dataset(config, args.output, progress=not args.quiet)
+    summary = generate_dataset(config, args.output, processes=args.processes, progress=not args.quiet)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -73,16 +76,31 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("fractures")
     g.add_argument("--count", type=int, default=d.count, help="number of fractures")
     g.add_argument("--shape", type=int, nargs=2, default=list(d.shape), metavar=("H", "W"), help="map size")
-    g.add_argument("--hurst", type=float, default=d.hurst, help="Hurst exponent of each wall")
-    g.add_argument("--rms", type=float, default=d.rms, help="rms height of each wall (voxels)")
     g.add_argument(
         "--mean-aperture", type=float, default=d.mean_aperture, help="mean wall separation (voxels)"
     )
-    g.add_argument(
-        "--mismatch-length", type=float, default=d.mismatch_length, help="walls match above this wavelength"
-    )
+    ranged = {
+        "hurst": "Hurst exponent of each wall",
+        "rms_ratio": "rms height of each wall over the mean aperture",
+        "mismatch_length": "the walls match above this wavelength (voxels)",
+        "wavelength_ratio": "shortest roughness wavelength over the mean aperture (0: all)",
+        "shear": "shift of the top wall along the flow (voxels)",
+    }
+    for name, text in ranged.items():
+        default = getattr(d, name)
+        g.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=float,
+            nargs="+",
+            default=list(default) if isinstance(default, tuple) else [default],
+            metavar="V",
+            help=f"{text}: one value, or LOW HIGH to draw one per fracture (default: {default})",
+        )
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the first fracture (then +1 each)")
     g.add_argument("--voxel-size", type=float, default=d.voxel_size, help="metres per voxel")
+    p.add_argument(
+        "--processes", type=int, default=1, help="worker processes, each with its share of the cores"
+    )
     g = p.add_argument_group("LBM")
     g.add_argument("--omega", type=float, default=s.omega, help="TRT symmetric relaxation rate")
     g.add_argument("--density-drop", type=float, default=s.density_drop, help="inlet minus outlet density")
@@ -95,6 +113,13 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
         "--reservoir", type=int, default=s.reservoir, help="open columns before/after the fracture"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _one_or_pair(name: str, values: list[float]) -> float | tuple[float, ...]:
+    """The option ``name`` of one value (a fixed setting) or two (a range to draw from)."""
+    if len(values) > 2:
+        raise SettingError(name, f"takes one value or two (LOW HIGH), got {len(values)}: {values}")
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 def _positive_int(text: str) -> int:

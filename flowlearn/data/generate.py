@@ -1,42 +1,75 @@
-"""Make LBM reference datasets: rough fracture -> voxelised gap -> LBM pressure -> flowlearn HDF5 file.
+"""Make LBM reference datasets: rough fracture -> voxelised gap -> LBM pressure and flow rate -> HDF5 file.
+
+Each fracture draws its roughness from the configured ranges, so that a dataset spans the regimes where the
+local cubic law holds (smooth, gently varying gaps) and where it fails (roughness at wavelengths near the
+aperture, wide aperture distributions, contacts, sheared walls).
+
+Generation is resumable: every finished fracture is written at once to ``<output>.parts/`` (atomically), so a
+killed run keeps them and the same command continues where it stopped; the output file is written (atomically)
+when all are done, and the parts are removed. Several processes share the fractures.
 
 Needs the ``[lbm]`` extra (lbmpy) at run time; the rough-fracture generator and the schema do not.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from flowlearn.checks import check_setting, is_integer, is_number
-from flowlearn.data.lbm import LBMSettings, simulate, voxelize
-from flowlearn.data.roughness import RoughnessParams, rough_fracture
-from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.data.departure import lcl_flow_rate
+from flowlearn.data.lbm import LBMSettings, library_versions, simulate, voxelize
+from flowlearn.data.roughness import RoughnessParams, geometry_stats, rough_fracture
+from flowlearn.data.schema import Fracture, atomic_path, read_fracture, write_fractures
+from flowlearn.errors import SettingError
+
+Range = float | tuple[float, float]
+
+
+def _range(value: Range) -> tuple[float, float]:
+    """(low, high) of a setting given as one number or as a pair."""
+    if isinstance(value, tuple | list):
+        return float(value[0]), float(value[1])
+    return float(value), float(value)
 
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    """A family of rough fractures; fracture i gets seed ``seed + i``. Lengths in voxels unless noted.
+    """A family of rough fractures. Lengths in voxels (= pixels of the map) unless noted.
+
+    Each roughness setting is a number, or a pair (low, high) from which every fracture draws its own value
+    (uniformly, with a generator seeded by ``(seed, index)``). Fracture i's walls use seed ``seed + i``.
 
     Attributes:
         count: number of fractures.
         shape: (H, W) of each aperture map.
-        hurst, rms, mean_aperture, mismatch_length: see :class:`~flowlearn.data.roughness.RoughnessParams`.
+        mean_aperture: separation of the walls' mean planes.
+        hurst: Hurst exponent of each wall.
+        rms_ratio: rms height of each wall over ``mean_aperture``.
+        mismatch_length: the walls match above this wavelength.
+        wavelength_ratio: the shortest roughness wavelength over ``mean_aperture``; 0 keeps every wavelength.
+        shear: shift of the top wall along the flow.
         seed: seed of the first fracture.
-        voxel_size: metres per voxel, used to store apertures in metres.
+        voxel_size: metres per voxel, used to store apertures, walls and flow rates in metres.
         lbm: numerical settings of the LBM runs.
     """
 
-    count: int = 8
+    count: int = 96
     shape: tuple[int, int] = (64, 64)
-    hurst: float = 0.8
-    rms: float = 2.0
-    mean_aperture: float = 5.0
-    mismatch_length: float = 64.0
+    mean_aperture: float = 8.0
+    hurst: Range = (0.5, 0.9)
+    rms_ratio: Range = (0.25, 0.75)
+    mismatch_length: Range = (8.0, 64.0)
+    wavelength_ratio: Range = (1.0, 4.0)
+    shear: Range = (0.0, 4.0)
     seed: int = 0
     voxel_size: float = 1e-5
     lbm: LBMSettings = field(default_factory=LBMSettings)
@@ -48,40 +81,65 @@ class DatasetConfig:
         check_setting(
             is_number(self.voxel_size) and self.voxel_size > 0, "voxel_size", "must be > 0", self.voxel_size
         )
-        # The roughness parameters share their names with this config's fields; building the first fracture's
-        # checks them all before any simulation runs.
-        self.roughness(0)
+        for name in ("hurst", "rms_ratio", "mismatch_length", "wavelength_ratio", "shear"):
+            value = getattr(self, name)
+            pair = value if isinstance(value, tuple | list) else (value, value)
+            check_setting(
+                len(pair) == 2 and all(is_number(v) for v in pair) and pair[0] <= pair[1],
+                name,
+                "must be a number or a pair low <= high",
+                value,
+            )
+        # Both ends of every range must make valid fractures; checked before any simulation runs.
+        for end in (0, 1):
+            self._params(0, {name: _range(getattr(self, name))[end] for name in self._ranged()})
+
+    @staticmethod
+    def _ranged() -> tuple[str, ...]:
+        return ("hurst", "rms_ratio", "mismatch_length", "wavelength_ratio", "shear")
+
+    def draws(self, index: int) -> dict[str, float]:
+        """The roughness settings fracture ``index`` draws from the ranges."""
+        rng = np.random.default_rng([self.seed, index])
+        return {name: float(rng.uniform(*_range(getattr(self, name)))) for name in self._ranged()}
 
     def roughness(self, index: int) -> RoughnessParams:
+        """The wall parameters of fracture ``index`` (pixels)."""
+        return self._params(index, self.draws(index))
+
+    def _params(self, index: int, drawn: dict[str, float]) -> RoughnessParams:
         return RoughnessParams(
             shape=tuple(self.shape),
-            hurst=self.hurst,
-            rms=self.rms,
+            hurst=drawn["hurst"],
+            rms=drawn["rms_ratio"] * self.mean_aperture,
             mean_aperture=self.mean_aperture,
-            mismatch_length=self.mismatch_length,
+            mismatch_length=drawn["mismatch_length"],
+            min_wavelength=drawn["wavelength_ratio"] * self.mean_aperture,
+            shear=drawn["shear"],
             seed=self.seed + index,
         )
+
+    def to_dict(self) -> dict:
+        """JSON-ready recipe: every setting, the LBM's included."""
+        recipe = asdict(self)
+        recipe["shape"] = list(self.shape)
+        return json.loads(json.dumps(recipe))
 
 
 def generate_fracture(
     params: RoughnessParams, settings: LBMSettings, voxel_size: float, name: str, progress: bool = True
 ) -> Fracture:
-    """One rough fracture and its LBM pressure as a :class:`Fracture` with full provenance.
+    """One rough fracture with its LBM pressure and flow rate, as a :class:`Fracture` with full provenance.
 
     The stored aperture is the voxelised one (fluid voxels per column times ``voxel_size``, metres), so the
     Darcy model sees exactly the gap the LBM saw; the mask marks cells that no 4-connected path joins to the
-    inlet or outlet column.
+    inlet or outlet column. The provenance records the geometry's statistics and the flow rate of the local
+    cubic law on the same map (``departure``).
     """
     walls = rough_fracture(params)
     fluid = voxelize(walls.bottom, walls.top)
     result = simulate(fluid, settings, progress=progress)
-    provenance = {
-        "generator": "flowlearn.data.generate",
-        "roughness": params.to_dict(),
-        "voxel_box": list(fluid.shape),
-        **result.provenance(settings),
-    }
-    return Fracture(
+    fracture = Fracture(
         name=name,
         aperture=result.aperture * voxel_size,
         pressure=result.pressure,
@@ -90,28 +148,112 @@ def generate_fracture(
         inlet_pressure=2.0,
         outlet_pressure=1.0,
         flow_axis="x",
-        provenance=provenance,
+        # The conductance is in voxels³ per unit of (pressure drop / viscosity); the heads drop by 1.
+        flow_rate=result.conductance * voxel_size**3,
+        bottom=walls.bottom * voxel_size,
+        top=walls.top * voxel_size,
     )
+    q_lcl = lcl_flow_rate(fracture)
+    provenance = {
+        "generator": "flowlearn.data.generate",
+        "roughness": params.to_dict(),
+        "geometry": geometry_stats(walls.bottom, walls.top).to_dict(),
+        "voxel_box": list(fluid.shape),
+        "departure": {"flow_rate_lcl": q_lcl, "ratio": fracture.flow_rate / q_lcl},
+        **result.provenance(settings),
+    }
+    return replace(fracture, provenance=provenance)
 
 
-def generate_dataset(config: DatasetConfig, path: str | os.PathLike, progress: bool = True) -> dict:
-    """Generate ``config.count`` fractures and write them atomically to ``path``; return a run summary."""
+def _make(config: DatasetConfig, index: int, lbm: LBMSettings) -> Fracture:
+    """Fracture ``index`` of ``config`` (run in a worker process)."""
+    fracture = generate_fracture(
+        config.roughness(index), lbm, config.voxel_size, fracture_name(index), progress=False
+    )
+    fracture.provenance["dataset"] = {"index": index, "drawn": config.draws(index)}
+    return fracture
+
+
+def fracture_name(index: int) -> str:
+    return f"fracture_{index:03d}"
+
+
+def _parts_folder(path: str | os.PathLike, config: DatasetConfig) -> Path:
+    """The folder of finished fractures, checked to belong to ``config`` (or created for it)."""
+    parts = Path(f"{os.fspath(path)}.parts")
+    recipe_file = parts / "recipe.json"
+    recipe = config.to_dict()
+    if recipe_file.exists():
+        started = json.loads(recipe_file.read_text())
+        if {**started, "count": 0} != {**recipe, "count": 0}:
+            raise SettingError(
+                "settings",
+                f"{parts} holds fractures of a generation with other settings; rerun with those settings "
+                f"(see {recipe_file}) to continue it, or delete the folder to start over",
+            )
+    else:
+        parts.mkdir(parents=True, exist_ok=True)
+        with atomic_path(recipe_file) as tmp:
+            tmp.write_text(json.dumps(recipe, indent=2, sort_keys=True))
+    return parts
+
+
+def generate_dataset(
+    config: DatasetConfig, path: str | os.PathLike, processes: int = 1, progress: bool = True
+) -> dict:
+    """Generate ``config.count`` fractures with ``processes`` worker processes and write them to ``path``.
+
+    Finished fractures already in ``<path>.parts/`` (from a killed run with the same settings) are kept and not
+    recomputed. Returns a run summary (fractures, seconds, fractures per hour, LBM steps and the departure from
+    the local cubic law).
+    """
+    check_setting(is_integer(processes) and processes >= 1, "processes", "must be an integer >= 1", processes)
     start = time.perf_counter()
-    fractures = []
-    for i in tqdm(range(config.count), desc="fractures", disable=not progress):
-        fracture = generate_fracture(
-            config.roughness(i), config.lbm, config.voxel_size, f"fracture_{i:03d}", progress=progress
-        )
-        dataset = {k: v for k, v in asdict(config).items() if k != "lbm"}
-        fracture.provenance["dataset"] = {**dataset, "index": i}
-        fractures.append(fracture)
-    write_fractures(path, fractures)
-    lbm = [fr.provenance["lbm"] for fr in fractures]
+    parts = _parts_folder(path, config)
+    part_of = {i: parts / f"{fracture_name(i)}.h5" for i in range(config.count)}
+    todo = [i for i, part in part_of.items() if not part.exists()]
+    # The cores are shared between processes, unless the user gave each a thread count.
+    threads = config.lbm.threads or max(1, (os.cpu_count() or 1) // processes)
+    lbm = replace(config.lbm, threads=threads)
+    bar = tqdm(total=config.count, initial=config.count - len(todo), desc="fractures", disable=not progress)
+    with bar:
+        if processes == 1:
+            for i in todo:
+                write_fractures(part_of[i], [_make(config, i, lbm)])
+                bar.update()
+        else:
+            with ProcessPoolExecutor(processes) as pool:
+                running = {pool.submit(_make, config, i, lbm): i for i in todo}
+                while running:
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        write_fractures(part_of[running.pop(future)], [future.result()])
+                        bar.update()
+    fractures = [read_fracture(part_of[i], fracture_name(i)) for i in range(config.count)]
+    write_fractures(path, fractures, attrs={"recipe": json.dumps(_recipe(config), sort_keys=True)})
+    shutil.rmtree(parts)
+    seconds = time.perf_counter() - start
+    computed = len(todo)
+    lbm_records = [fr.provenance["lbm"] for fr in fractures]
+    ratios = [fr.provenance["departure"]["ratio"] for fr in fractures]
     return {
         "path": os.fspath(path),
         "fractures": len(fractures),
-        "seconds": time.perf_counter() - start,
-        "steps": [rec["convergence"]["steps"] for rec in lbm],
-        "mlups": float(np.mean([rec["mlups"] for rec in lbm])),
+        "computed_now": computed,
+        "seconds": seconds,
+        "fractures_per_hour": computed / seconds * 3600 if computed else None,
+        "steps": [rec["convergence"]["steps"] for rec in lbm_records],
+        "mlups": float(np.mean([rec["mlups"] for rec in lbm_records])),
         "contact_fraction": float(np.mean([(fr.aperture == 0).mean() for fr in fractures])),
+        "flow_rate_over_lcl": {"min": min(ratios), "median": float(np.median(ratios)), "max": max(ratios)},
     }
+
+
+def _recipe(config: DatasetConfig) -> dict:
+    """What made the file: the settings, the seeds and the library versions."""
+    return {
+        "config": config.to_dict(),
+        "seeds": {"walls": f"seed + index = {config.seed} + i", "draws": f"numpy default_rng([{config.seed}, i])"},
+        "versions": library_versions(),
+    }
+

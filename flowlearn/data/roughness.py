@@ -6,6 +6,16 @@ their Fourier modes at wavelengths longer than the mismatch length and are indep
 "mismatch" model of Brown, J. Geophys. Res. 100 (1995) 5941), so the aperture is smooth at large scales and rough
 at small ones. Where the walls touch or overlap the aperture is zero: a contact spot, i.e. an inactive cell.
 
+Two further knobs reach the regimes where the local cubic law fails (steep walls, tortuous gaps):
+
+* ``min_wavelength`` removes every mode shorter than it. Roughness at wavelengths near the aperture makes steep
+  walls, where lubrication theory (and so the local cubic law) breaks down; Nyquist (2 pixels) keeps them all.
+* ``shear`` shifts the top wall along the flow (x) by that many pixels, as a shear displacement does. The matched
+  modes then no longer cancel, so the aperture varies over long wavelengths and the gap's mid-surface winds.
+
+For aperture maps that come without walls (measured ones), :data:`WALL_PLACEMENTS` offers ways to put two walls
+around them.
+
 All lengths are in pixels (the in-plane grid spacing, equal to the LBM voxel size). Arrays are (H, W) = (rows y,
 columns x) float64, periodic in both directions.
 """
@@ -31,6 +41,8 @@ class RoughnessParams:
         mismatch_length: wavelength above which the walls are identical (matched) and below which they are
             independent; ``inf`` makes them independent at every wavelength.
         seed: seed of the random generator; equal parameters and seed give identical fractures.
+        min_wavelength: the shortest wavelength of the roughness (modes shorter are removed); 0 keeps all.
+        shear: shift of the top wall along x relative to the bottom wall (periodic, sub-pixel).
     """
 
     shape: tuple[int, int]
@@ -39,6 +51,8 @@ class RoughnessParams:
     mean_aperture: float
     mismatch_length: float
     seed: int
+    min_wavelength: float = 0.0
+    shear: float = 0.0
 
     def __post_init__(self) -> None:
         shape = tuple(self.shape) if isinstance(self.shape, tuple | list) else ()
@@ -63,6 +77,13 @@ class RoughnessParams:
             self.mismatch_length,
         )
         check_setting(is_integer(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0", self.seed)
+        check_setting(
+            is_number(self.min_wavelength) and 0 <= self.min_wavelength < max(shape),
+            "min_wavelength",
+            f"must be in [0, {max(shape)}) (the map's longest side)",
+            self.min_wavelength,
+        )
+        check_setting(is_number(self.shear), "shear", "must be a number", self.shear)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -124,16 +145,112 @@ def rough_fracture(params: RoughnessParams) -> RoughFracture:
     shape = tuple(params.shape)
     q = _wavenumbers(shape)
     amplitude = _self_affine_amplitude(q, params.hurst)
+    if params.min_wavelength > 0:
+        amplitude[q > 1.0 / params.min_wavelength] = 0.0
     shared = np.fft.fft2(rng.standard_normal(shape))
     independent = np.fft.fft2(rng.standard_normal(shape))
     matched = q < 1.0 / params.mismatch_length
-    top = np.fft.ifft2(amplitude * shared).real
+    # A shift by s along x multiplies each mode by exp(-2 pi i qx s).
+    shift = np.exp(-2j * np.pi * np.fft.fftfreq(shape[1])[None, :] * params.shear)
+    top = np.fft.ifft2(amplitude * shared * shift).real
     bottom = np.fft.ifft2(amplitude * np.where(matched, shared, independent)).real
     # One common scale keeps the matched modes identical in both walls, so they cancel in the aperture.
     scale = params.rms / np.sqrt(0.5 * (top.var() + bottom.var()))
     top = (top - top.mean()) * scale + params.mean_aperture / 2
     bottom = (bottom - bottom.mean()) * scale - params.mean_aperture / 2
     return RoughFracture(params, bottom, top, np.maximum(top - bottom, 0.0))
+
+
+@dataclass(frozen=True)
+class GeometryStats:
+    """What shapes a fracture's flow, measured on its walls; lengths in pixels.
+
+    Attributes:
+        mean_aperture: mean gap ⟨a⟩ over all cells (contacts count as 0).
+        relative_std: σ(a)/⟨a⟩, the aperture's standard deviation over its mean.
+        contact_fraction: fraction of cells where the walls touch (a = 0).
+        correlation_length: lag at which the aperture's autocorrelation, averaged over directions, first drops
+            below 1/e (pixels); the map's half-width when it never does.
+        wall_slope: rms slope of the walls, sqrt(mean |grad h|^2) over both walls (dimensionless).
+    """
+
+    mean_aperture: float
+    relative_std: float
+    contact_fraction: float
+    correlation_length: float
+    wall_slope: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def geometry_stats(bottom: np.ndarray, top: np.ndarray) -> GeometryStats:
+    """:class:`GeometryStats` of the walls ``bottom`` and ``top``, float (H, W) heights in pixels."""
+    aperture = np.maximum(top - bottom, 0.0)
+    mean = float(aperture.mean())
+    return GeometryStats(
+        mean_aperture=mean,
+        relative_std=float(aperture.std() / mean) if mean > 0 else float("nan"),
+        contact_fraction=float((aperture == 0).mean()),
+        correlation_length=_correlation_length(aperture),
+        wall_slope=float(np.sqrt(np.mean([np.mean(np.sum(np.square(np.gradient(h)), axis=0)) for h in (bottom, top)]))),
+    )
+
+
+def _correlation_length(field: np.ndarray) -> float:
+    """First lag where the radially averaged (periodic) autocorrelation of ``field`` drops below 1/e."""
+    deviation = field - field.mean()
+    power = np.abs(np.fft.fft2(deviation)) ** 2
+    correlation = np.fft.ifft2(power).real
+    if correlation[0, 0] <= 0:
+        return 0.0
+    correlation /= correlation[0, 0]
+    h, w = field.shape
+    ly = np.minimum(np.arange(h), h - np.arange(h))[:, None]
+    lx = np.minimum(np.arange(w), w - np.arange(w))[None, :]
+    lag = np.rint(np.hypot(ly, lx)).astype(int)
+    sums = np.bincount(lag.ravel(), correlation.ravel())
+    radial = sums / np.maximum(np.bincount(lag.ravel()), 1)
+    below = np.flatnonzero(radial[: min(h, w) // 2 + 1] < np.exp(-1.0))
+    if below.size == 0:
+        return float(min(h, w) // 2)
+    k = int(below[0])
+    # Linear interpolation between the last lag above 1/e and the first below.
+    r0, r1 = radial[k - 1], radial[k]
+    return float(k - 1 + (r0 - np.exp(-1.0)) / (r0 - r1))
+
+
+def _symmetric(aperture: np.ndarray, rng: np.random.Generator, rms: float, hurst: float) -> tuple:
+    return -0.5 * aperture, 0.5 * aperture
+
+
+def _flat_bottom(aperture: np.ndarray, rng: np.random.Generator, rms: float, hurst: float) -> tuple:
+    return np.zeros_like(aperture), aperture.copy()
+
+
+def _self_affine_mid_surface(aperture: np.ndarray, rng: np.random.Generator, rms: float, hurst: float) -> tuple:
+    middle = self_affine_surface(aperture.shape, hurst, rms, rng)
+    return middle - 0.5 * aperture, middle + 0.5 * aperture
+
+
+# How to put two walls around an aperture map that has none, name -> (aperture, rng, rms, hurst) -> (bottom, top):
+# a flat mid-plane (the gap mirrored about it), a flat bottom wall (all roughness on the top), or a self-affine
+# mid-surface of rms height ``rms`` (a winding gap). The map alone cannot tell them apart; the flow can.
+WALL_PLACEMENTS = {
+    "symmetric": _symmetric,
+    "flat_bottom": _flat_bottom,
+    "self_affine": _self_affine_mid_surface,
+}
+
+
+def place_walls(
+    aperture: np.ndarray, placement: str, seed: int = 0, rms: float = 0.0, hurst: float = 0.8
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bottom and top wall heights (float64 (H, W), pixels) around ``aperture`` (pixels) by ``placement``, one of
+    :data:`WALL_PLACEMENTS`; ``rms`` and ``hurst`` shape the ``self_affine`` mid-surface."""
+    check_setting(placement in WALL_PLACEMENTS, "placement", f"must be one of {sorted(WALL_PLACEMENTS)}", placement)
+    aperture = np.asarray(aperture, dtype=np.float64)
+    return WALL_PLACEMENTS[placement](aperture, np.random.default_rng(seed), rms, hurst)
 
 
 def _check(hurst: float, rms: float) -> None:

@@ -2,7 +2,8 @@
 
 flowlearn layout (``layout="flowlearn"``)::
 
-    /                      attrs: schema = "flowlearn-fractures", schema_version = 1
+    /                      attrs: schema = "flowlearn-fractures", schema_version = 1; optional recipe (JSON:
+                           the settings, seeds and library versions that made the file)
     /<name>/               one group per fracture; attrs:
                              voxel_size       float, metres per voxel (cubic voxels), or NaN when unknown
                              inlet_pressure   float, pressure (head) imposed on the inlet face
@@ -14,6 +15,15 @@ flowlearn layout (``layout="flowlearn"``)::
     /<name>/pressure       optional float, same shape, in the units of inlet/outlet_pressure; absent in files of
                            aperture maps to predict on (then inlet/outlet_pressure are optional, default 2 and 1)
     /<name>/mask           optional bool, same shape; False marks further inactive cells
+    /<name>/bottom, top    optional float (H, W), metres: the heights of the two walls (mid-plane at 0) that
+                           the reference was computed between; where top <= bottom the walls touch
+    optional attribute     flow_rate: float, the reference flow rate through the outlet face as a Darcy model
+                           counts it, Q mu / (p_inlet - p_outlet) x (inlet_pressure - outlet_pressure), in m^3
+                           times the pressure's units; the Darcy solve with T = Ap^3/12 (Ap in metres), unit
+                           thickness and square pixels gives the local cubic law's value in the same units
+
+The reference ``pressure`` of a 3D simulation (LBM) is the pressure averaged over the gap, weighted by the local
+flux: the pressure that the flow carries, which a depth-averaged Darcy model describes.
 
 Original layout (``layout="original"``), as written by the LBM workflow of the original work::
 
@@ -50,7 +60,8 @@ FLOW_AXES = {"x": -1, "y": -2, "z": -3}
 REQUIRED_ATTRS = ("voxel_size", "flow_axis")
 PRESSURE_ATTRS = ("inlet_pressure", "outlet_pressure")  # required where the group holds a pressure
 FLOWLEARN_FIELDS = ("aperture",)
-OPTIONAL_FIELDS = ("pressure", "mask")
+OPTIONAL_FIELDS = ("pressure", "mask", "bottom", "top")
+WALL_FIELDS = ("bottom", "top")
 ORIGINAL_FIELDS = ("aperture_field",)
 ORIGINAL_OPTIONAL_FIELDS = ("pressure_field",)
 # Tolerance on the boundary columns, as a fraction of |inlet - outlet|. LBM pressure is not exactly uniform
@@ -76,6 +87,8 @@ class Fracture:
         inlet_pressure, outlet_pressure: pressures imposed at index 0 and at the last index of ``flow_axis``.
         flow_axis: "x" (array axis -1), "y" (-2) or "z" (-3).
         provenance: JSON-serialisable description of how the data was made.
+        flow_rate: the reference flow rate through the outlet (see the module docstring for its units), or None.
+        bottom, top: float (H, W) wall heights in metres, or None where the walls are unknown.
     """
 
     name: str
@@ -87,6 +100,9 @@ class Fracture:
     outlet_pressure: float = 1.0
     flow_axis: str = "x"
     provenance: dict[str, Any] = field(default_factory=dict)
+    flow_rate: float | None = None
+    bottom: np.ndarray | None = None
+    top: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -137,6 +153,19 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
     if fracture.mask is not None and fracture.mask.shape != ap.shape:
         raise DataValidationError(
             f"{_where(path, g, 'mask')}: shape {fracture.mask.shape} does not match aperture shape {ap.shape}"
+        )
+    walls = [(name, getattr(fracture, name)) for name in WALL_FIELDS if getattr(fracture, name) is not None]
+    if len(walls) == 1:
+        raise DataValidationError(f"{_where(path, g, walls[0][0])}: a wall without the other (store both or none)")
+    for fname, arr in walls:
+        if arr.shape != ap.shape:
+            raise DataValidationError(
+                f"{_where(path, g, fname)}: shape {arr.shape} does not match aperture shape {ap.shape}"
+            )
+    fields = (*fields, *walls)
+    if fracture.flow_rate is not None and not (math.isfinite(fracture.flow_rate) and fracture.flow_rate > 0):
+        raise DataValidationError(
+            f"{_where(path, g)}: attribute 'flow_rate' is {fracture.flow_rate!r}; expected a finite number > 0"
         )
     for fname, arr in fields:
         if not np.issubdtype(arr.dtype, np.floating):
@@ -312,6 +341,9 @@ def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout
         outlet_pressure=float(g.attrs.get("outlet_pressure", 1.0)),
         flow_axis=flow_axis.decode() if isinstance(flow_axis, bytes) else str(flow_axis),
         provenance=json.loads(g.attrs.get("provenance", "{}")),
+        flow_rate=float(g.attrs["flow_rate"]) if "flow_rate" in g.attrs else None,
+        bottom=_read_dataset(path, name, g, "bottom") if "bottom" in g else None,
+        top=_read_dataset(path, name, g, "top") if "top" in g else None,
     )
 
 
@@ -464,12 +496,16 @@ def atomic_hdf5(path: str | os.PathLike) -> Iterator[h5py.File]:
 
 
 def write_fractures(
-    path: str | os.PathLike, fractures: Sequence[Fracture], layout: Layout = "flowlearn"
+    path: str | os.PathLike,
+    fractures: Sequence[Fracture],
+    layout: Layout = "flowlearn",
+    attrs: dict[str, str] | None = None,
 ) -> None:
     """Validate ``fractures`` and write them atomically to ``path`` in the given layout.
 
-    The original layout stores only 2D aperture and pressure as (1, 1, H, W) float32 and drops mask and
-    attributes; it requires inlet 2 and outlet 1 along x, since that is what its readers assume.
+    ``attrs`` are extra root attributes of the flowlearn layout (``recipe``: how the file was made). The original
+    layout stores only 2D aperture and pressure as (1, 1, H, W) float32 and drops mask, walls and attributes; it
+    requires inlet 2 and outlet 1 along x, since that is what its readers assume.
     """
     if layout not in ("flowlearn", "original"):
         raise ValueError(f"unknown layout {layout!r}; expected 'flowlearn' or 'original'")
@@ -499,6 +535,8 @@ def write_fractures(
         else:
             f.attrs["schema"] = SCHEMA_NAME
             f.attrs["schema_version"] = SCHEMA_VERSION
+            for key, value in (attrs or {}).items():
+                f.attrs[key] = value
             for fr in fractures:
                 g = f.create_group(fr.name)
                 opts = {"compression": "gzip", "compression_opts": 4, "shuffle": True}
@@ -507,6 +545,11 @@ def write_fractures(
                     g.create_dataset("pressure", data=fr.pressure, **opts)
                 if fr.mask is not None:
                     g.create_dataset("mask", data=fr.mask.astype(bool), **opts)
+                for wall in WALL_FIELDS:
+                    if getattr(fr, wall) is not None:
+                        g.create_dataset(wall, data=getattr(fr, wall), **opts)
+                if fr.flow_rate is not None:
+                    g.attrs["flow_rate"] = float(fr.flow_rate)
                 g.attrs["voxel_size"] = float(fr.voxel_size)
                 g.attrs["inlet_pressure"] = float(fr.inlet_pressure)
                 g.attrs["outlet_pressure"] = float(fr.outlet_pressure)
