@@ -172,6 +172,49 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", help="checkpoint to load (default: RUN_DIR/checkpoints/last.ckpt)")
 
 
+def _run_departure(args: argparse.Namespace) -> int:
+    from flowlearn.data.departure import departures, summarize
+    from flowlearn.errors import DataValidationError
+
+    rows = departures(args.data)
+    if not rows:
+        raise DataValidationError(
+            f"{args.data}: no fracture stores a flow_rate (made by an older flowlearn?)"
+        )
+    if args.table:
+        print(f"{'fracture':<16} {'Q/Q_LCL':>8} {'σ/⟨a⟩':>7} {'slope':>6} {'contact':>8}")
+        for row in rows:
+            print(
+                f"{row.name:<16} {row.ratio:8.3f} {row.relative_std:7.3f} {row.wall_slope:6.3f} "
+                f"{row.contact_fraction:8.3f}"
+            )
+    summary = summarize(rows)
+    low, high = summary["quartiles_departure"]
+    print(
+        f"{summary['fractures']} fractures: Q/Q_LCL from {summary['ratio_min']:.3f} to {summary['ratio_max']:.3f} "
+        f"(median {summary['ratio_median']:.3f}); the LCL overestimates the flow of "
+        f"{summary['share_lcl_overestimates']:.0%} of them"
+    )
+    print(
+        f"departure |Q/Q_LCL - 1|: median {summary['median_departure']:.1%} (quartiles {low:.1%}, {high:.1%}); "
+        f"{summary['share_departing_20pct']:.0%} of the fractures depart by 20% or more"
+    )
+    if args.figure:
+        from flowlearn.data.schema import atomic_path
+        from flowlearn.reporting.figures import plot_departure
+
+        with atomic_path(args.figure) as tmp:
+            plot_departure(rows).savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        print(f"wrote {args.figure}")
+    return 0
+
+
+def _departure_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("data", help="HDF5 fracture file whose fractures store a flow_rate (flowlearn generate)")
+    p.add_argument("--table", action="store_true", help="one line per fracture")
+    p.add_argument("--figure", help="PNG of Q/Q_LCL against σ/⟨a⟩ and the wall slope")
+
+
 @dataclass(frozen=True)
 class Command:
     """A subcommand: its name, one-line help, description, argument declarations and what runs it."""
@@ -198,6 +241,15 @@ COMMANDS = (
         "aperture-averaged pressure (inlet 2, outlet 1) with provenance to OUTPUT. Lengths are in voxels.",
         _generate_arguments,
         _run_generate,
+    ),
+    Command(
+        "departure",
+        "how far each fracture's flow rate departs from the local cubic law",
+        "For every fracture of DATA that stores its reference flow rate Q, solve the Darcy problem with the local "
+        "cubic law T = Ap³/12 on its aperture map and compare: Q/Q_LCL, its spread over the file, and the "
+        "geometry that goes with it.",
+        _departure_arguments,
+        _run_departure,
     ),
     Command(
         "report",

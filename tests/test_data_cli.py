@@ -1,7 +1,10 @@
 """The ``flowlearn convert`` and ``flowlearn generate`` subcommands."""
 
+import json
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -57,11 +60,80 @@ def test_convert_reports_bad_input_and_fails(tmp_path, capsys):
 def test_generate_writes_a_valid_dataset_with_provenance(tmp_path, capsys):
     pytest.importorskip("lbmpy")
     out = tmp_path / "gen.h5"
-    argv = ["generate", str(out), "--count", "2", "--shape", "10", "12", "--mean-aperture", "4", "--rms", "1"]
-    assert main([*argv, "--seed", "3", "--tolerance", "1e-5", "--quiet"]) == 0
+    argv = ["generate", str(out), "--count", "2", "--shape", "8", "24", "--mean-aperture", "4"]
+    ranges = ["--rms-ratio", "0.2", "0.3", "--wavelength-ratio", "1", "2", "--mismatch-length", "8", "12"]
+    assert main([*argv, *ranges, "--seed", "3", "--tolerance", "1e-5", "--quiet"]) == 0
     assert '"fractures": 2' in capsys.readouterr().out
     frs = read_fractures(out)
     assert [f.name for f in frs] == ["fracture_000", "fracture_001"]
     assert [f.provenance["roughness"]["seed"] for f in frs] == [3, 4]
     assert all(f.provenance["lbm"]["convergence"]["converged"] for f in frs)
-    assert frs[0].provenance["dataset"]["count"] == 2 and frs[0].voxel_size == 1e-5
+    drawn = [f.provenance["dataset"]["drawn"]["rms_ratio"] for f in frs]
+    assert all(0.2 <= d <= 0.3 for d in drawn) and drawn[0] != drawn[1]
+    # Each fracture stores its walls, its flow rate and its departure from the local cubic law.
+    for f in frs:
+        assert f.bottom.shape == f.top.shape == f.aperture.shape and f.flow_rate > 0
+        assert f.provenance["departure"]["ratio"] == pytest.approx(
+            f.flow_rate / f.provenance["departure"]["flow_rate_lcl"]
+        )
+        assert set(f.provenance["geometry"]) >= {"relative_std", "wall_slope", "contact_fraction"}
+    recipe = json.loads(h5py.File(out, "r").attrs["recipe"])
+    assert recipe["config"]["count"] == 2 and recipe["versions"]["lbmpy"] != "not installed"
+    assert not (tmp_path / "gen.h5.parts").exists()
+
+
+def test_a_generation_continues_from_the_fractures_it_finished(tmp_path):
+    """The parts a stopped generation leaves are kept: the next run with the same settings computes the rest."""
+    pytest.importorskip("lbmpy")
+    from flowlearn.data.generate import DatasetConfig, generate_dataset
+
+    config = DatasetConfig(
+        count=1, shape=(8, 24), mean_aperture=4.0, rms_ratio=(0.1, 0.2), wavelength_ratio=(1.0, 2.0), seed=5
+    )
+    first = generate_dataset(config, tmp_path / "one.h5", progress=False)
+    # Put the finished fracture where a stopped two-fracture generation would have left it.
+    parts = tmp_path / "two.h5.parts"
+    parts.mkdir()
+    kept = parts / "fracture_000.h5"
+    kept.write_bytes((tmp_path / "one.h5").read_bytes())
+    (parts / "recipe.json").write_text(json.dumps(config.to_dict()))
+    summary = generate_dataset(replace(config, count=2), tmp_path / "two.h5", progress=False)
+    assert first["computed_now"] == 1 and summary["computed_now"] == 1 and summary["fractures"] == 2
+    one, two = read_fractures(tmp_path / "one.h5"), read_fractures(tmp_path / "two.h5")
+    np.testing.assert_array_equal(two[0].pressure, one[0].pressure)
+    assert two[1].provenance["roughness"]["seed"] == 6 and not parts.exists()
+
+
+@pytest.mark.slow
+def test_a_killed_generation_keeps_its_fractures_and_continues(tmp_path):
+    """SIGKILL a real `flowlearn generate` once its first fracture is written; the rerun computes the rest only."""
+    pytest.importorskip("lbmpy")
+    out = tmp_path / "gen.h5"
+    argv = [sys.executable, "-m", "flowlearn.cli", "generate", str(out), "--count", "3", "--shape", "8", "24"]
+    argv += ["--mean-aperture", "3", "--wavelength-ratio", "1", "2", "--tolerance", "1e-5", "--quiet"]
+    first = tmp_path / "gen.h5.parts" / "fracture_000.h5"
+    job = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not first.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    job.kill()
+    job.wait()
+    assert first.exists() and not out.exists(), "killed before the first fracture, or after the last"
+    kept = first.read_bytes()
+    finished = subprocess.run(argv, capture_output=True, text=True, check=True)
+    summary = json.loads(finished.stdout)
+    assert summary["fractures"] == 3 and summary["computed_now"] <= 2
+    assert [f.name for f in read_fractures(out)] == ["fracture_000", "fracture_001", "fracture_002"]
+    # The kept fracture was read back, not recomputed.
+    fresh = tmp_path / "kept.h5"
+    fresh.write_bytes(kept)
+    np.testing.assert_array_equal(read_fractures(fresh)[0].pressure, read_fractures(out)[0].pressure)
+
+
+def test_generation_with_other_settings_refuses_to_continue_a_stopped_one(tmp_path, capsys):
+    parts = tmp_path / "gen.h5.parts"
+    parts.mkdir()
+    (parts / "recipe.json").write_text(json.dumps({"count": 3, "mean_aperture": 99.0}))
+    assert main(["generate", str(tmp_path / "gen.h5"), "--count", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "holds fractures of a generation with other settings" in err and str(parts) in err

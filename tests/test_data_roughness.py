@@ -2,8 +2,17 @@
 
 import numpy as np
 import pytest
+from scipy import optimize, special
 
-from flowlearn.data.roughness import RoughnessParams, rough_fracture, self_affine_surface
+from flowlearn.data.roughness import (
+    WALL_PLACEMENTS,
+    RoughnessParams,
+    geometry_stats,
+    place_walls,
+    refine,
+    rough_fracture,
+    self_affine_surface,
+)
 
 
 def radial_psd_slope(h: np.ndarray, q_min: float, q_max: float) -> float:
@@ -89,3 +98,76 @@ def test_bad_parameters_raise(bad):
                 **bad,
             }
         )
+
+
+def test_min_wavelength_removes_every_shorter_mode():
+    p = RoughnessParams((64, 64), hurst=0.7, rms=3.0, mean_aperture=8.0, mismatch_length=32.0, seed=4)
+    cut = rough_fracture(RoughnessParams(**{**p.__dict__, "min_wavelength": 16.0}))
+    q = np.hypot(np.fft.fftfreq(64)[:, None], np.fft.fftfreq(64)[None, :])
+    for wall in (cut.bottom, cut.top):
+        power = np.abs(np.fft.fft2(wall)) ** 2
+        assert power[q > 1 / 16].max() < 1e-20 * power.max() and power[q < 1 / 16].max() > 0
+    # Fewer short wavelengths at the same rms: gentler walls.
+    assert geometry_stats(cut.bottom, cut.top).wall_slope < geometry_stats(*_walls(p)).wall_slope
+
+
+def _walls(params: RoughnessParams) -> tuple[np.ndarray, np.ndarray]:
+    fr = rough_fracture(params)
+    return fr.bottom, fr.top
+
+
+def test_shear_shifts_the_top_wall_along_the_flow():
+    p = RoughnessParams((32, 48), hurst=0.8, rms=2.0, mean_aperture=6.0, mismatch_length=12.0, seed=9)
+    plain = rough_fracture(p)
+    sheared = rough_fracture(RoughnessParams(**{**p.__dict__, "shear": 5.0}))
+    np.testing.assert_allclose(sheared.top, np.roll(plain.top, 5, axis=1), atol=1e-12)
+    np.testing.assert_array_equal(sheared.bottom, plain.bottom)
+    # Matched walls sheared apart no longer cancel: the gap varies more.
+    assert sheared.aperture.std() > plain.aperture.std()
+
+
+def test_refine_evaluates_the_same_walls_on_a_finer_grid():
+    p = RoughnessParams((16, 20), 0.7, 2.0, 6.0, 12.0, seed=3, min_wavelength=5.0, shear=1.5)
+    coarse = rough_fracture(p)
+    fine = refine(coarse, 3)
+    assert fine.bottom.shape == (48, 60) and fine.params.mean_aperture == 18.0
+    # At the coarse nodes the refined walls are the coarse walls scaled by 3 (heights in finer voxels).
+    np.testing.assert_allclose(fine.bottom[::3, ::3], 3 * coarse.bottom, atol=1e-12)
+    np.testing.assert_allclose(fine.top[::3, ::3], 3 * coarse.top, atol=1e-12)
+
+
+def test_geometry_stats_of_analytic_walls():
+    x = np.arange(64)
+    amplitude, wavelength = 2.0, 32
+    top = np.tile(4 + amplitude * np.sin(2 * np.pi * x / wavelength), (16, 1))
+    bottom = np.full_like(top, -4.0)
+    stats = geometry_stats(bottom, top)
+    assert stats.mean_aperture == pytest.approx(8.0)
+    assert stats.relative_std == pytest.approx(amplitude / np.sqrt(2) / 8.0)
+    # rms slope of A sin(kx) is A k / sqrt(2) on the top wall, 0 on the flat bottom; central differences
+    # shrink it by sin(k)/k.
+    k = 2 * np.pi / wavelength
+    assert stats.wall_slope == pytest.approx(np.sqrt(0.5 * (amplitude * np.sin(k)) ** 2 / 2), rel=1e-3)
+    assert stats.contact_fraction == 0.0
+
+
+def test_correlation_length_of_an_egg_box_aperture():
+    """a = 8 + cos(kx) + cos(ky): its autocorrelation averaged over directions is J0(k r), which first drops
+    below 1/e at k r = z* (J0(z*) = 1/e)."""
+    x = np.arange(128)
+    k = 2 * np.pi / 32
+    top = 8 + np.cos(k * x)[None, :] + np.cos(k * x)[:, None]
+    stats = geometry_stats(np.zeros_like(top), top)
+    z_star = optimize.brentq(lambda z: special.j0(z) - np.exp(-1), 1.0, 2.4)
+    assert stats.correlation_length == pytest.approx(z_star / k, abs=0.5)
+
+
+def test_wall_placements_keep_the_aperture():
+    aperture = np.random.default_rng(0).uniform(0, 5, (12, 14))
+    for name in WALL_PLACEMENTS:
+        bottom, top = place_walls(aperture, name, seed=1, rms=3.0)
+        np.testing.assert_allclose(top - bottom, aperture, atol=1e-12)
+    flat_bottom, _ = place_walls(aperture, "flat_bottom")
+    assert (flat_bottom == 0).all()
+    winding, _ = place_walls(aperture, "self_affine", seed=1, rms=3.0)
+    assert (winding + aperture / 2).std() == pytest.approx(3.0)

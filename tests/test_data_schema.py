@@ -95,6 +95,39 @@ def test_flowlearn_round_trip_keeps_arrays_mask_and_provenance(tmp_path):
     assert got[1].voxel_size == 1e-5
 
 
+def test_walls_flow_rate_and_recipe_round_trip_and_are_optional(tmp_path):
+    a = make_fracture("a", seed=2)
+    bottom = -0.5 * a.aperture
+    walled = Fracture(
+        **{**a.__dict__, "name": "w", "bottom": bottom, "top": bottom + a.aperture, "flow_rate": 3e-12}
+    )
+    write_fractures(tmp_path / "d.h5", [a, walled], attrs={"recipe": '{"seed": 0}'})
+    plain, got = read_fractures(tmp_path / "d.h5")
+    np.testing.assert_array_equal(got.top - got.bottom, a.aperture)
+    assert got.flow_rate == 3e-12 and plain.flow_rate is None and plain.bottom is None and plain.top is None
+    assert h5py.File(tmp_path / "d.h5", "r").attrs["recipe"] == '{"seed": 0}'
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"top": np.zeros((6, 9))}, "field 'top': a wall without the other"),
+        (
+            {"bottom": np.zeros((6, 8)), "top": np.zeros((6, 8))},
+            r"field 'bottom': shape \(6, 8\) does not match",
+        ),
+        ({"bottom": np.full((6, 9), np.nan), "top": np.zeros((6, 9))}, "field 'bottom': .*NaN"),
+        ({"flow_rate": -1.0}, "attribute 'flow_rate' is -1.0; expected a finite number > 0"),
+        ({"flow_rate": float("inf")}, "attribute 'flow_rate' is inf"),
+    ],
+)
+def test_bad_walls_and_flow_rates_are_named(tmp_path, change, expected):
+    bad = Fracture(**{**make_fracture().__dict__, **change})
+    with pytest.raises(DataValidationError, match=expected):
+        write_fractures(tmp_path / "d.h5", [bad])
+    assert not (tmp_path / "d.h5").exists()
+
+
 def test_written_file_gets_the_ordinary_mode(tmp_path):
     write_fractures(tmp_path / "m.h5", [make_fracture()])
     (tmp_path / "plain").touch()

@@ -66,9 +66,9 @@ class DatasetConfig:
     shape: tuple[int, int] = (64, 64)
     mean_aperture: float = 8.0
     hurst: Range = (0.5, 0.9)
-    rms_ratio: Range = (0.25, 0.75)
+    rms_ratio: Range = (0.1, 0.7)
     mismatch_length: Range = (8.0, 64.0)
-    wavelength_ratio: Range = (1.0, 4.0)
+    wavelength_ratio: Range = (1.0, 6.0)
     shear: Range = (0.0, 4.0)
     seed: int = 0
     voxel_size: float = 1e-5
@@ -90,6 +90,13 @@ class DatasetConfig:
                 "must be a number or a pair low <= high",
                 value,
             )
+        longest = max(self.shape) if isinstance(self.shape, tuple | list) and self.shape else 0
+        check_setting(
+            _range(self.wavelength_ratio)[1] * self.mean_aperture < longest,
+            "wavelength_ratio",
+            f"times mean_aperture ({self.mean_aperture}) must stay below the map's longest side ({longest})",
+            self.wavelength_ratio,
+        )
         # Both ends of every range must make valid fractures; checked before any simulation runs.
         for end in (0, 1):
             self._params(0, {name: _range(getattr(self, name))[end] for name in self._ranged()})
@@ -167,9 +174,13 @@ def generate_fracture(
 
 def _make(config: DatasetConfig, index: int, lbm: LBMSettings) -> Fracture:
     """Fracture ``index`` of ``config`` (run in a worker process)."""
-    fracture = generate_fracture(
-        config.roughness(index), lbm, config.voxel_size, fracture_name(index), progress=False
-    )
+    try:
+        fracture = generate_fracture(
+            config.roughness(index), lbm, config.voxel_size, fracture_name(index), progress=False
+        )
+    except ValueError as err:
+        # Walls that touch all across the map leave nothing to simulate: name the fracture and its draws.
+        raise ValueError(f"{fracture_name(index)} (drawn {config.draws(index)}): {err}") from err
     fracture.provenance["dataset"] = {"index": index, "drawn": config.draws(index)}
     return fracture
 
@@ -253,7 +264,9 @@ def _recipe(config: DatasetConfig) -> dict:
     """What made the file: the settings, the seeds and the library versions."""
     return {
         "config": config.to_dict(),
-        "seeds": {"walls": f"seed + index = {config.seed} + i", "draws": f"numpy default_rng([{config.seed}, i])"},
+        "seeds": {
+            "walls": f"seed + index = {config.seed} + i",
+            "draws": f"numpy default_rng([{config.seed}, i])",
+        },
         "versions": library_versions(),
     }
-

@@ -264,15 +264,19 @@ def _pick_target(target: str) -> str:
 # box shapes, and so the compiled time step (see _step_for).
 DEPTH_QUANTUM = 8
 
-# One lbmpy time step per box shape and settings in this process: building one (symbolic derivation and C
-# compilation) takes 30-60 s, far longer than a small fracture's run, and a new geometry only changes its flags.
+# The last few lbmpy time steps built in this process, by box shape and settings: building one (symbolic
+# derivation and C compilation) takes 30-60 s, far longer than a small fracture's run, and a new geometry only
+# changes its flags.
 _STEPS: dict[tuple, Any] = {}
+_KEPT_STEPS = 4
 
 
 def _step_for(shape: tuple[int, int, int], settings: LBMSettings, device: str):
     """The lbmpy time step of a box of ``shape`` (H, W, D) cells, periodic in y, built once per process."""
-    key = (shape, settings.omega, settings.magic, settings.density_drop, settings.threads, device)
+    threads = settings.threads or os.cpu_count()
+    key = (shape, settings.omega, settings.magic, settings.density_drop, threads, device)
     if key in _STEPS:
+        _STEPS[key] = _STEPS.pop(key)  # most recently used last
         return _STEPS[key]
     from lbmpy import LBMConfig, LBStencil, Method, Stencil
     from lbmpy.lbstep import LatticeBoltzmannStep
@@ -282,7 +286,7 @@ def _step_for(shape: tuple[int, int, int], settings: LBMSettings, device: str):
     config = CreateKernelConfig(target=Target.GPU if device == "gpu" else Target.CPU)
     if device == "cpu":
         config.cpu.openmp.enable = True
-        config.cpu.openmp.num_threads = settings.threads or os.cpu_count()
+        config.cpu.openmp.num_threads = threads
     lbm_config = LBMConfig(
         stencil=LBStencil(Stencil.D3Q19),
         method=Method.TRT,
@@ -298,7 +302,8 @@ def _step_for(shape: tuple[int, int, int], settings: LBMSettings, device: str):
         config=config,
         periodicity=(False, True, False),
     )
-    _STEPS.clear()  # keep one: a dataset's boxes come in a few shapes, and each step holds its fields
+    while len(_STEPS) >= _KEPT_STEPS:
+        _STEPS.pop(next(iter(_STEPS)))
     _STEPS[key] = step
     return step
 
@@ -327,7 +332,9 @@ def _load(step, fluid: np.ndarray, settings: LBMSettings) -> None:
     bh.set_boundary("domain")  # forget the previous geometry
     bh.set_boundary(NoSlip(), mask_callback=wall_cells)
     for rho, inlet in ((1.0 + 0.5 * settings.density_drop, True), (1.0 - 0.5 * settings.density_drop, False)):
-        bh.set_boundary(FixedDensity(rho), mask_callback=lambda x, y, z, inlet=inlet: reservoir(x, y, z, inlet))
+        bh.set_boundary(
+            FixedDensity(rho), mask_callback=lambda x, y, z, inlet=inlet: reservoir(x, y, z, inlet)
+        )
     handling = step.data_handling
     handling.fill(step.density_data_name, 1.0, ghost_layers=True, inner_ghost_layers=True)
     handling.fill(step.velocity_data_name, 0.0, ghost_layers=True, inner_ghost_layers=True)
@@ -393,7 +400,7 @@ def simulate(fluid: np.ndarray, settings: LBMSettings | None = None, progress: b
     timed_steps = steps - 1
     if not converged:
         raise LBMConvergenceError(
-            f"LBM not steady after {steps} steps: relative velocity change {residual:.3e} over "
+            f"LBM not steady after {steps} steps: relative change of the flow rate {residual:.3e} over "
             f"{settings.check_interval} steps, tolerance {settings.tolerance:.1e}"
         )
 

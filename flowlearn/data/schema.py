@@ -156,7 +156,9 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
         )
     walls = [(name, getattr(fracture, name)) for name in WALL_FIELDS if getattr(fracture, name) is not None]
     if len(walls) == 1:
-        raise DataValidationError(f"{_where(path, g, walls[0][0])}: a wall without the other (store both or none)")
+        raise DataValidationError(
+            f"{_where(path, g, walls[0][0])}: a wall without the other (store both or none)"
+        )
     for fname, arr in walls:
         if arr.shape != ap.shape:
             raise DataValidationError(

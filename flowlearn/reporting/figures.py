@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.ticker import MaxNLocator
 
+from flowlearn.data.departure import Departure
 from flowlearn.reporting.runs import metric_series
 from flowlearn.training.metrics import LOSS, MSE, REL_ERR_MEAN, STAGES, column, relative_error
 from flowlearn.training.predictions import FractureFields
@@ -392,6 +393,42 @@ def figure_set(
     if len(held_out) > 1:
         figures["gallery"] = plot_gallery(held_out)
     return figures
+
+
+def plot_departure(rows: Sequence[Departure]) -> Figure:
+    """Q_ref/Q_LCL of each fracture against its σ/⟨a⟩ and its rms wall slope, coloured by contact fraction."""
+    fig = Figure(figsize=(9.0, 3.8), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    ratio = [row.ratio for row in rows]
+    contact = [row.contact_fraction for row in rows]
+    for ax, attr, label in (
+        (axes[0], "relative_std", "σ/⟨a⟩ (aperture std over mean)"),
+        (axes[1], "wall_slope", "rms wall slope"),
+    ):
+        points = ax.scatter([getattr(row, attr) for row in rows], ratio, c=contact, cmap="viridis", s=18)
+        ax.axhline(1.0, color="0.4", lw=1, ls="--", label="local cubic law")
+        ax.set_xlabel(label)
+    axes[0].set_ylabel("Q_LBM / Q_LCL")
+    axes[0].legend(loc="lower left")
+    fig.colorbar(points, ax=axes[1], label="contact fraction")
+    fig.suptitle(f"Flow rate against the local cubic law, {len(rows)} fractures")
+    return fig
+
+
+def plot_departure_maps(maps: Mapping[str, np.ndarray]) -> Figure:
+    """Pressure departures from the straight line (float (H, W), NaN where no flow), one panel each, on one
+    diverging colour scale."""
+    fig = Figure(figsize=(3.2 * len(maps), 3.4), layout="constrained")
+    axes = fig.subplots(1, len(maps))
+    limit = max(float(np.nanmax(np.abs(m))) for m in maps.values())
+    norm = Normalize(-limit, limit)
+    for ax, (title, image) in zip(axes, maps.items(), strict=True):
+        shown = ax.imshow(np.ma.masked_invalid(image), cmap=_cmap("RdBu_r"), norm=norm, origin="lower")
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(shown, ax=axes, shrink=0.8, label="p − straight line (inlet − outlet = 1)")
+    return fig
 
 
 def save_figures(figures: Mapping[str, Figure], directory: str | Path, dpi: int = 110) -> dict[str, Path]:

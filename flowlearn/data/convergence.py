@@ -1,0 +1,121 @@
+"""Grid convergence of the LBM reference: one fracture at 1x, 2x, 3x ... the resolution, compared.
+
+The walls are refined exactly (:func:`~flowlearn.data.roughness.refine`), so only the LBM's resolution changes.
+Compared per factor r, against the finest run:
+
+* the flow rate, as the conductance Q mu / (p_in - p_out) in units of the coarse voxel (voxels³ / r³);
+* the 2D pressure's departure from the straight line between inlet and outlet (each run's own line: the runs'
+  first and last columns sit at slightly different places), averaged over each r x r block of fine cells (those
+  with flow) back onto the coarse grid.
+
+Run ``python -m flowlearn.data.convergence --help`` for the study of a dataset's fracture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from flowlearn.data.lbm import LBMResult, LBMSettings, simulate, voxelize
+from flowlearn.data.roughness import RoughFracture, refine
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One run of the study.
+
+    Attributes:
+        factor: refinement r; conductance: in coarse voxels³; departure: float64 (H, W), the pressure minus the
+        straight line, on the coarse grid, NaN where the coarse cell has no flow; steps: LBM steps run; cells:
+        size of the LBM box.
+    """
+
+    factor: int
+    conductance: float
+    departure: np.ndarray
+    steps: int
+    cells: int
+
+
+def coarse_departure(result: LBMResult, factor: int) -> np.ndarray:
+    """The pressure of ``result`` minus its straight line 2 - c/(W-1), averaged over the active cells of each
+    ``factor`` x ``factor`` block."""
+    h, w = (n // factor for n in result.pressure.shape)
+    blocks = (h, factor, w, factor)
+    active = result.active.reshape(blocks)
+    departure = result.pressure - (2.0 - np.arange(w * factor) / (w * factor - 1))
+    total = np.where(result.active, departure, 0.0).reshape(blocks).sum(axis=(1, 3))
+    count = active.sum(axis=(1, 3))
+    with np.errstate(invalid="ignore"):
+        return np.where(count > 0, total / count, np.nan)
+
+
+def grid_convergence(
+    fracture: RoughFracture, factors: tuple[int, ...] = (1, 2, 3), settings: LBMSettings | None = None
+) -> list[Resolution]:
+    """Run the LBM on ``fracture`` refined by each of ``factors`` (ascending)."""
+    runs = []
+    for factor in factors:
+        fine = refine(fracture, factor)
+        fluid = voxelize(fine.bottom, fine.top)
+        result = simulate(fluid, settings, progress=False)
+        runs.append(
+            Resolution(
+                factor=factor,
+                conductance=result.conductance / factor**3,
+                departure=coarse_departure(result, factor),
+                steps=result.steps,
+                cells=fluid.size,
+            )
+        )
+    return runs
+
+
+def differences(runs: list[Resolution]) -> list[dict[str, float]]:
+    """Per run, its relative flow-rate difference and the rms difference of its pressure departure (in units of
+    the inlet-outlet drop) from the finest run."""
+    finest = runs[-1]
+    rows = []
+    for run in runs:
+        both = np.isfinite(run.departure) & np.isfinite(finest.departure)
+        rows.append(
+            {
+                "factor": run.factor,
+                "conductance": run.conductance,
+                "flow_rate_difference": run.conductance / finest.conductance - 1,
+                "pressure_rms_difference": float(
+                    np.sqrt(np.mean((run.departure - finest.departure)[both] ** 2))
+                ),
+                "departure_rms": float(np.sqrt(np.mean(run.departure[np.isfinite(run.departure)] ** 2))),
+                "steps": run.steps,
+                "cells": run.cells,
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from flowlearn.data.generate import DatasetConfig
+    from flowlearn.data.roughness import rough_fracture
+
+    parser = argparse.ArgumentParser(
+        prog="python -m flowlearn.data.convergence",
+        description="Grid convergence of the LBM on fracture INDEX of the default dataset's recipe, on a smaller map.",
+    )
+    parser.add_argument("--index", type=int, default=0, help="which fracture's draws to use")
+    parser.add_argument("--shape", type=int, nargs=2, default=[24, 24], help="map size at 1x (H W)")
+    parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 3], help="refinements, ascending")
+    parser.add_argument("--threads", type=int, default=None, help="OpenMP threads")
+    args = parser.parse_args(argv)
+    config = DatasetConfig(shape=tuple(args.shape), wavelength_ratio=(1.0, 2.9))
+    fracture = rough_fracture(config.roughness(args.index))
+    runs = grid_convergence(fracture, tuple(args.factors), LBMSettings(threads=args.threads))
+    print(json.dumps({"roughness": fracture.params.to_dict(), "runs": differences(runs)}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
