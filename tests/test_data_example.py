@@ -1,16 +1,22 @@
 """The embedded example dataset: present, small, valid, reproducible provenance, and physically sensible."""
 
+import json
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+import yaml
 
 from flowlearn.data.datamodule import FractureDataModule
+from flowlearn.data.departure import departures, summarize
 from flowlearn.data.schema import read_fractures
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "data/fractures.h5"
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "data/fractures.h5"
+EMBEDDED = yaml.safe_load((REPO / "configs/data/embedded.yaml").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -49,21 +55,36 @@ def reynolds_pressure(transmissivity: np.ndarray) -> np.ndarray:
 
 
 def test_example_dataset_is_small_and_holds_valid_64x64_fractures(fractures):
-    assert EXAMPLE.stat().st_size < 3_000_000
-    assert len(fractures) >= 8
+    assert EXAMPLE.stat().st_size < 30_000_000
+    assert len(fractures) >= 96
     for fr in fractures:
         assert fr.shape == (64, 64) and (fr.inlet_pressure, fr.outlet_pressure) == (2.0, 1.0)
         assert fr.active.mean() > 0.8
+        # The walls the LBM ran between, and the flow rate it measured.
+        assert fr.bottom.shape == fr.top.shape == fr.shape and fr.flow_rate > 0
 
 
 def test_example_provenance_records_how_each_fracture_was_made(fractures):
     seeds = [fr.provenance["roughness"]["seed"] for fr in fractures]
     assert len(set(seeds)) == len(seeds)
+    recipe = json.loads(h5py.File(EXAMPLE, "r").attrs["recipe"])
+    assert recipe["config"]["count"] == len(fractures) and recipe["versions"]["lbmpy"].startswith("2.")
     for fr in fractures:
         lbm = fr.provenance["lbm"]
         assert lbm["library"] == "lbmpy" and lbm["versions"]["lbmpy"].startswith("2.")
         assert lbm["convergence"]["converged"]
         assert lbm["convergence"]["residual"] < lbm["settings"]["tolerance"]
+        # Steady flow carries the same flux through every column.
+        assert lbm["convergence"]["flux_imbalance"] < 1e-2
+        assert set(fr.provenance["geometry"]) >= {"relative_std", "contact_fraction", "wall_slope"}
+        assert set(fr.provenance["dataset"]["drawn"]) >= {"hurst", "rms_ratio", "wavelength_ratio", "shear"}
+
+
+def test_the_flow_departs_from_the_local_cubic_law(fractures):
+    """The dataset must teach what the LCL misses: median |Q/Q_LCL - 1| >= 10%, a quarter depart by >= 20%."""
+    summary = summarize(departures(EXAMPLE))
+    assert summary["fractures"] == len(fractures)
+    assert summary["median_departure"] >= 0.10 and summary["share_departing_20pct"] >= 0.25
 
 
 def test_lbm_pressure_is_closer_to_the_local_cubic_law_than_to_a_straight_line(fractures):
@@ -79,10 +100,9 @@ def test_lbm_pressure_is_closer_to_the_local_cubic_law_than_to_a_straight_line(f
         assert err_cubic < 0.5 * err_line
 
 
-def test_datamodule_serves_the_example():
-    dm = FractureDataModule(EXAMPLE, batch_size=4, seed=0)
+def test_datamodule_serves_the_example_in_64_16_16():
+    dm = FractureDataModule(EXAMPLE, batch_size=4, fractions=EMBEDDED["fractions"], seed=0)
     dm.setup()
-    sizes = [len(dm.splits[s]) for s in ("train", "val", "test")]
-    assert sum(sizes) >= 8 and min(sizes) >= 1
+    assert [len(dm.splits[s]) for s in ("train", "val", "test")] == [64, 16, 16]
     batch = next(iter(dm.train_dataloader()))
     assert batch["aperture"].shape == batch["pressure"].shape == (4, 64, 64)
