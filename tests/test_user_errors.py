@@ -315,6 +315,14 @@ COMMAND_ROWS = [
     ),
     (["predict", "{run}", "{good}"], "the following arguments are required: -o/--output"),
     (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+    (["check"], "the following arguments are required: data"),
+    (["check", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
+    (["check", "{text}"], "{text}: not an HDF5 file"),
+    (["check", "{nan}"], "{nan}: group 'f2': field 'pressure': 1 non-finite"),
+    (["check", "{good}", "--margin", "-1"], "argument --margin: must be an integer >= 0, got -1"),
+    (["check", "{good}", "--margin", "two"], "argument --margin: invalid int value: 'two'"),
+    (["check", "{good}", "--tolerance", "0"], "argument --tolerance: must be a number > 0, got 0"),
+    (["check", "{good}", "--tolerance", "nan"], "argument --tolerance: must be a number > 0, got nan"),
 ]
 
 
