@@ -38,7 +38,7 @@ STATISTICS = {
     "width": Statistic("map width", "pixels"),
     "depth": Statistic("map depth", "pixels"),
 }
-_SIZES = ("width", "height", "depth")  # array axes -1, -2, -3
+_SIZES = ("depth", "height", "width")  # array axes -3, -2, -1
 
 
 def aperture_statistics(fracture: Fracture) -> dict[str, float]:
@@ -50,7 +50,7 @@ def aperture_statistics(fracture: Fracture) -> dict[str, float]:
         "relative_std": float(aperture.std() / mean) if mean > 0 else math.nan,
         "contact_fraction": float((aperture == 0).mean()),
     }
-    for name, size in zip(_SIZES, reversed(aperture.shape)):
+    for name, size in zip(_SIZES[len(_SIZES) - aperture.ndim :], aperture.shape):
         statistics[name] = float(size)
     return statistics
 
