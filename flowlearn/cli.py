@@ -274,7 +274,9 @@ COMMANDS = (
         "apply a trained run to new aperture maps",
         "Rebuild the model of RUN_DIR (its .hydra/config.yaml and a checkpoint), apply it to every fracture of "
         "INPUTS (HDF5, either layout) and write the correction W, log k, the predicted and cubic-law pressure, and "
-        "the input's reference pressure to OUTPUT (HDF5, written atomically).",
+        "the input's reference pressure to OUTPUT (HDF5, written atomically). Files lacking an input channel the "
+        "model reads (the walls) are refused; each aperture statistic of an input fracture outside its range over "
+        "the training split is one warning line on stderr.",
         _predict_arguments,
         _run_predict,
     ),

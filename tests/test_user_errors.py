@@ -118,6 +118,7 @@ CONFIG_ROWS = [
     ("model.kernel_size=abc", "model.kernel_size must be a positive odd integer"),
     ("model.inputs=[aperture,curvature]", "model.inputs must be a list of distinct inputs from ['aperture',"),
     ("model.inputs=[]", "model.inputs must be a list of distinct inputs from"),
+    ("model.inputs=aperture", "model.inputs must be a list of distinct inputs from ['aperture',"),
     ("model.inputs=[walls,walls]", "model.inputs must be a list of distinct inputs from"),
     ("model=unet model.levels=0", "model.levels must be a positive integer, got 0"),
     ("model=unet model.kernel_size=2", "model.kernel_size must be a positive odd integer, got 2"),

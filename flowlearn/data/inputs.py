@@ -93,6 +93,8 @@ DEFAULT_INPUTS = ("aperture",)
 
 def check_input_names(names: Sequence[str]) -> tuple[str, ...]:
     """``names`` as a tuple, or ``ValueError`` unless it is a non-empty list of distinct names of :data:`INPUTS`."""
+    if isinstance(names, str):
+        raise ValueError(f"must be a list of distinct inputs from {list(INPUTS)}, got {names!r} (not a list)")
     names = tuple(names)
     unknown = [name for name in names if name not in INPUTS]
     if not names or unknown or len(set(names)) != len(names):

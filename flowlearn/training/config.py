@@ -166,7 +166,7 @@ def validate_config(cfg: DictConfig) -> None:
     inputs = OmegaConf.select(cfg, "model.inputs")
     if inputs is not None:
         try:
-            check_input_names(list(inputs) if OmegaConf.is_list(inputs) else [inputs])
+            check_input_names(list(inputs) if OmegaConf.is_list(inputs) else inputs)
         except ValueError as error:
             raise ConfigError(f"model.inputs {error}") from None
     kernel = OmegaConf.select(cfg, "model.kernel_size")
