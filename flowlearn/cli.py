@@ -215,6 +215,55 @@ def _departure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--figure", help="PNG of Q/Q_LCL against σ/⟨a⟩ and the wall slope")
 
 
+def _run_check(args: argparse.Namespace) -> int:
+    from flowlearn.data.conservation import check_files, summary, table
+
+    checks = check_files(args.data, margin=args.margin)
+    print(table(checks))
+    print(summary(checks, tolerance=args.tolerance))
+    return 0
+
+
+def _check_arguments(p: argparse.ArgumentParser) -> None:
+    from flowlearn.data.conservation import MARGIN, TOLERANCE
+
+    p.add_argument("data", nargs="+", help="HDF5 fracture file(s), either layout")
+    p.add_argument(
+        "--margin",
+        type=_non_negative_int,
+        default=MARGIN,
+        help="columns left out at each end (the boundary layers of an LBM reference's inlet and outlet)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=_positive_float,
+        default=TOLERANCE,
+        help="variation (a fraction) above which no law counts as reproducing a reference",
+    )
+
+
+def _non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
 @dataclass(frozen=True)
 class Command:
     """A subcommand: its name, one-line help, description, argument declarations and what runs it."""
@@ -233,6 +282,17 @@ COMMANDS = (
         "Read every fracture of SRC (either layout), validate it, and write DST atomically.",
         _convert_arguments,
         _run_convert,
+    ),
+    Command(
+        "check",
+        "how far each fracture's reference pressure is from any local conductivity law",
+        "For every fracture of DATA with a reference pressure: the variation over the columns of the flow rate "
+        "that the pressure implies under the local cubic law T = Ap^3/12, and under the power law T ~ Ap^a that "
+        "makes it smallest. A Darcy solution of a local law passes the same flow through every column, so a "
+        "variation well above round-off means the reference is no such solution. Prints a table and a summary "
+        "line saying whether a per-pixel W is the only model that can fit.",
+        _check_arguments,
+        _run_check,
     ),
     Command(
         "generate",
@@ -266,7 +326,9 @@ COMMANDS = (
         "apply a trained run to new aperture maps",
         "Rebuild the model of RUN_DIR (its .hydra/config.yaml and a checkpoint), apply it to every fracture of "
         "INPUTS (HDF5, either layout) and write the correction W, log k, the predicted and cubic-law pressure, and "
-        "the input's reference pressure to OUTPUT (HDF5, written atomically).",
+        "the input's reference pressure to OUTPUT (HDF5, written atomically). Files lacking an input channel the "
+        "model reads (the walls) are refused; each aperture statistic of an input fracture outside its range over "
+        "the training split is one warning line on stderr.",
         _predict_arguments,
         _run_predict,
     ),

@@ -16,7 +16,7 @@ from test_train import EMBEDDED, ROOT, make_dataset, run_train
 from flowlearn.data.datamodule import find_fractures
 from flowlearn.errors import UnavailableError
 from flowlearn.reporting.runs import metric_series, read_metrics
-from flowlearn.training.build import build_correction
+from flowlearn.training.build import build_correction, model_inputs
 
 CONFIGS = ROOT / "configs"
 GROUPS = sorted(
@@ -88,6 +88,11 @@ def test_every_option_composes_and_instantiates(tmp_path, group, option):
         law = instantiate(cfg.law)
         model = build_correction(cfg.model, law, refs[:1] if option == "pixel" else refs)
         assert sum(p.numel() for p in model.parameters()) > 0
+        # The model reads the batches of a DataModule that delivers its inputs, and starts from the law.
+        datamodule = instantiate(cfg.data, inputs=list(model_inputs(cfg.model)))
+        batch = next(iter(datamodule.train_dataloader()))
+        raw = model(batch["inputs"])
+        assert raw.shape == batch["aperture"].shape and (raw == law.initial_raw).all()
     elif group == "optimizer":
         optimizer = instantiate(cfg.optimizer)([torch.zeros(2, requires_grad=True)])
         assert isinstance(optimizer, torch.optim.Optimizer)

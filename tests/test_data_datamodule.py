@@ -17,7 +17,9 @@ from flowlearn.data.datamodule import (
     find_fractures,
     split_fractures,
 )
-from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.data.inputs import input_channels
+from flowlearn.data.schema import Fracture, read_fracture, write_fractures
+from flowlearn.errors import DataValidationError
 
 
 def linear_fracture(name: str, shape: tuple[int, int], inlet: float, outlet: float, seed: int) -> Fracture:
@@ -97,12 +99,33 @@ def test_datamodule_batches_are_dicts_with_normalised_heads(files):
         assert batch["pressure"].shape == batch["active"].shape == (b, h, w)
         assert batch["aperture"].dtype == batch["pressure"].dtype == torch.float64
         assert batch["active"].dtype == torch.bool and not batch["active"][:, 0, 1].any()
+        # The default input: the relative log-aperture and the active mask.
+        assert batch["inputs"].shape == (b, 2, h, w) and batch["inputs"].dtype == torch.float64
+        torch.testing.assert_close(batch["inputs"][:, 1], batch["active"].to(torch.float64))
         # Heads 10 -> 4 and 2 -> 1 both map onto 2 -> 1: the straight line 2 - c/(W-1).
         line = 2 - torch.arange(w, dtype=torch.float64) / (w - 1)
         torch.testing.assert_close(batch["pressure"], line.expand(b, h, w))
         assert len(batch["name"]) == b
         seen += b
     assert seen == 12
+
+
+def test_batches_carry_the_inputs_asked_for_and_refuse_fractures_without_walls(files, tmp_path):
+    from test_inputs import make_walled_dataset
+
+    walled = make_walled_dataset(tmp_path / "walled.h5", count=3, shape=(6, 9))
+    names = ["aperture", "walls", "mid_surface"]
+    dm = FractureDataModule(walled, batch_size=3, fractions=(1.0, 0.0, 0.0), inputs=names)
+    (batch,) = dm.train_dataloader()
+    assert batch["inputs"].shape == (3, 5, 6, 9)
+    for item, name in zip(batch["inputs"], batch["name"]):
+        expected = input_channels(read_fracture(walled, name.split("/")[1]), names)
+        np.testing.assert_array_equal(item.numpy(), expected)
+    bare = FractureDataModule(files[0], batch_size=3, fractions=(1.0, 0.0, 0.0), inputs=names)
+    with pytest.raises(
+        DataValidationError, match=rf"{files[0]}: group 's\d': inputs \['walls', 'mid_surface'\]"
+    ):
+        next(iter(bare.train_dataloader()))
 
 
 def test_heads_none_keeps_file_pressure(files):

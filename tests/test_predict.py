@@ -1,15 +1,21 @@
-"""``flowlearn predict`` on aperture maps without a reference pressure: the purpose of predicting new maps."""
+"""``flowlearn predict``: on aperture maps without a reference pressure (the purpose of predicting new maps), on maps
+that lack what the model reads, and on maps unlike the training split (a warning per statistic)."""
 
 from __future__ import annotations
 
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
+import torch
+from test_inputs import make_walled_dataset, walled_fracture
 from test_train import ROOT, make_dataset, run_train
 
+from flowlearn.data.inputs import INPUTS
 from flowlearn.data.schema import read_fractures, write_fractures
 from flowlearn.reporting.figures import figure_set
 from flowlearn.training.predictions import read_predictions
@@ -70,3 +76,102 @@ def test_predict_writes_aperture_maps_without_a_reference_and_training_refuses_t
     result = run_train(f"data.path={maps}", "trainer.max_epochs=1", run_dir=tmp_path / "bad", check=False)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "field 'pressure': missing; training needs the reference pressure" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def walled_run(tmp_path_factory) -> tuple[Path, Path]:
+    """(run directory, its data): a 2-epoch U-Net that reads every input, walls included."""
+    base = tmp_path_factory.mktemp("walled")
+    data = make_walled_dataset(base / "walled.h5", count=6, shape=(12, 16))
+    run = base / "run"
+    run_train(
+        f"data.path={data}",
+        "model=unet",
+        f"model.inputs=[{','.join(INPUTS)}]",
+        "model.channels=4",
+        "trainer.max_epochs=2",
+        "~callbacks.figures",
+        run_dir=run,
+    )
+    return run, data
+
+
+def _predict(run: Path, source: Path, output: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "flowlearn.cli", "predict", str(run), str(source), "-o", str(output)]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+
+
+def _training_fractures(run: Path, data: Path) -> list:
+    with h5py.File(run / "predictions.h5") as f:
+        train = {name.split("__")[1] for name, group in f.items() if group.attrs["split"] == "train"}
+    return [fracture for fracture in read_fractures(data) if fracture.name in train]
+
+
+def test_the_checkpoint_keeps_the_inputs_and_the_training_range_of_each_statistic(walled_run):
+    run, data = walled_run
+    record = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["training_data"]
+    assert record["inputs"] == list(INPUTS)
+    training = _training_fractures(run, data)
+    assert len(training) == 4
+    apertures = [fracture.aperture for fracture in training]
+    means = [a.mean() for a in apertures]
+    expected = {
+        "mean_aperture": means,
+        "relative_std": [a.std() / m for a, m in zip(apertures, means)],
+        "contact_fraction": [(a == 0).sum() / a.size for a in apertures],
+        "height": [12.0],
+        "width": [16.0],
+    }
+    assert set(record["statistics"]) == set(expected)
+    for name, values in expected.items():
+        np.testing.assert_allclose(record["statistics"][name], [min(values), max(values)], rtol=1e-12)
+
+
+def test_predict_warns_for_each_statistic_outside_the_training_range(walled_run, tmp_path):
+    run, data = walled_run
+    training = _training_fractures(run, data)
+    inside = tmp_path / "inside.h5"
+    write_fractures(inside, training)
+    result = _predict(run, inside, tmp_path / "inside_predicted.h5")
+    assert result.returncode == 0 and result.stderr == ""
+    # 16 times the lengths: the same roughness and contacts (scaling by a power of 2 is exact), 16 times the gap.
+    scaled = [
+        dataclasses.replace(fr, aperture=16 * fr.aperture, bottom=16 * fr.bottom, top=16 * fr.top)
+        for fr in training
+    ]
+    larger = walled_fracture("larger", (24, 40), seed=99)
+    outside = tmp_path / "outside.h5"
+    write_fractures(outside, [*scaled, larger])
+    result = _predict(run, outside, tmp_path / "outside_predicted.h5")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    low, high = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["training_data"][
+        "statistics"
+    ]["mean_aperture"]
+    for fracture in scaled:
+        (line,) = [line for line in lines if f"group '{fracture.name}'" in line]
+        assert line == (
+            f"flowlearn predict: warning: {outside}: group '{fracture.name}': mean aperture "
+            f"{fracture.aperture.mean():.4g} m is outside the training range [{low:.4g}, {high:.4g}] m"
+        )
+    larger_lines = [line for line in lines if "group 'larger'" in line]
+    assert any(
+        "map height 24 pixels is outside the training range [12, 12] pixels" in line for line in larger_lines
+    )
+    assert any(
+        "map width 40 pixels is outside the training range [16, 16] pixels" in line for line in larger_lines
+    )
+    assert len(read_predictions(tmp_path / "outside_predicted.h5")) == len(scaled) + 1
+
+
+def test_predict_refuses_maps_without_the_walls_its_model_reads(walled_run, tmp_path):
+    run, data = walled_run
+    bare = tmp_path / "bare.h5"
+    write_fractures(bare, [dataclasses.replace(fr, bottom=None, top=None) for fr in read_fractures(data)])
+    result = _predict(run, bare, tmp_path / "predicted.h5")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(
+        f"flowlearn predict: error: {bare}: group 'fracture_00': the model of {run} reads ['walls', 'mid_surface'], which "
+        "need the walls (fields 'bottom' and 'top'), and this fracture has none"
+    )
+    assert not (tmp_path / "predicted.h5").exists()

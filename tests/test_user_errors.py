@@ -116,6 +116,13 @@ CONFIG_ROWS = [
     ("model.channels=1.5", "model.channels must be a positive integer, got 1.5"),
     ("model.kernel_size=4", "model.kernel_size must be a positive odd integer, got 4"),
     ("model.kernel_size=abc", "model.kernel_size must be a positive odd integer"),
+    ("model.inputs=[aperture,curvature]", "model.inputs must be a list of distinct inputs from ['aperture',"),
+    ("model.inputs=[]", "model.inputs must be a list of distinct inputs from"),
+    ("model.inputs=aperture", "model.inputs must be a list of distinct inputs from ['aperture',"),
+    ("model.inputs=[walls,walls]", "model.inputs must be a list of distinct inputs from"),
+    ("model=unet model.levels=0", "model.levels must be a positive integer, got 0"),
+    ("model=unet model.kernel_size=2", "model.kernel_size must be a positive odd integer, got 2"),
+    ("model=pixel model.inputs=[aperture]", "Could not override 'model.inputs'"),
     ("law=exponent law.initial_exponent=abc", "law.initial_exponent must be a number"),
     ("solver.rtol=-1", "solver.rtol must be > 0, got -1"),
     ("solver.rtol=abc", "solver.rtol must be > 0, got 'abc'"),
@@ -176,6 +183,14 @@ FILE_ROWS = [
     ("data.path={axis}", "{axis}: group 'f2': attribute 'flow_axis' is 'q'"),
     ("ckpt_path={tmp}/missing.ckpt", "ckpt_path: checkpoint not found: {tmp}/missing.ckpt"),
     ("ckpt_path={folder}", "ckpt_path: {folder} is a directory, not a checkpoint"),
+    (
+        "data.path={good} model.inputs=[aperture,mid_surface]",
+        "{good}: group 'f0': model.inputs asks for ['mid_surface'], which need the walls (fields 'bottom' and 'top')",
+    ),
+    (
+        "data.path={good} model=unet model.inputs=[walls]",
+        "{good}: group 'f0': model.inputs asks for ['walls'], which need the walls",
+    ),
 ]
 
 
@@ -205,7 +220,7 @@ def test_config_mistakes(files, tmp_path, capsys, monkeypatch, overrides, messag
 @pytest.mark.parametrize("override, message", FILE_ROWS)
 def test_data_and_checkpoint_file_mistakes(files, tmp_path, capsys, monkeypatch, override, message):
     names = {name: str(path) for name, path in files.items()} | {"tmp": str(tmp_path)}
-    status, err = _train_checks(tmp_path, capsys, monkeypatch, [override.format(**names)])
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, override.format(**names).split())
     _one_line(status, err, message.format(**names))
 
 
@@ -301,6 +316,14 @@ COMMAND_ROWS = [
     ),
     (["predict", "{run}", "{good}"], "the following arguments are required: -o/--output"),
     (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+    (["check"], "the following arguments are required: data"),
+    (["check", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
+    (["check", "{text}"], "{text}: not an HDF5 file"),
+    (["check", "{nan}"], "{nan}: group 'f2': field 'pressure': 1 non-finite"),
+    (["check", "{good}", "--margin", "-1"], "argument --margin: must be an integer >= 0, got -1"),
+    (["check", "{good}", "--margin", "two"], "argument --margin: invalid int value: 'two'"),
+    (["check", "{good}", "--tolerance", "0"], "argument --tolerance: must be a number > 0, got 0"),
+    (["check", "{good}", "--tolerance", "nan"], "argument --tolerance: must be a number > 0, got nan"),
 ]
 
 

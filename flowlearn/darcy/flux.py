@@ -55,3 +55,41 @@ def outlet_flow_rate(log_k: torch.Tensor, pressure: torch.Tensor, problem: Darcy
     outlet = np.zeros(problem.grid.shape, dtype=bool)
     outlet[..., -1] = True
     return boundary_flow_rate(log_k, pressure, problem, outlet & problem.dirichlet)
+
+
+def column_flow_rates(log_k: torch.Tensor, pressure: torch.Tensor, problem: DarcyProblem) -> torch.Tensor:
+    """Flow rate from each column (x index) into the next, summed over the problem's edges between them.
+
+    Each edge carries its term of the free-node equations, ``T_e * (h_a - h_b)`` with ``T_e = aol_e * exp((logK_a
+    + logK_b) / 2)``, over the edges of ``problem`` (both ends active). In the Darcy solution of a problem whose
+    only Dirichlet nodes are the first and last columns and which has no sources (:meth:`DarcyProblem.fracture`),
+    every column passes the same flow rate, the outlet's (:func:`outlet_flow_rate`), whatever log K is. For a
+    pressure that is not the solution for this log K (a reference computed otherwise), the rates differ from
+    column to column.
+
+    Args:
+        log_k: node log-conductivity, (B, *grid.shape) or grid.shape, float64.
+        pressure: heads, same shape; only active nodes are read.
+        problem: the problem whose edges and areas over lengths count (its ``active`` mask decides the edges).
+
+    Returns:
+        float64 tensor (B, W - 1), or (W - 1,) for unbatched inputs: entry c is the flow rate from column c into
+        column c + 1 (positive along +x), in :func:`boundary_flow_rate`'s units.
+    """
+    unbatched = tuple(log_k.shape) == problem.grid.shape
+    flat_k = log_k.reshape(1 if unbatched else log_k.shape[0], -1)
+    flat_p = pressure.reshape(flat_k.shape)
+    layout = problem.layout
+    width = problem.grid.shape[-1]
+    # Nodes are flat image indices, so the column of a node is its index modulo the width.
+    column_a, column_b = layout.edges.T % width
+    across = column_a != column_b  # the edges along x; the others join nodes of one column
+    node_a, node_b = (torch.as_tensor(nodes[across], device=flat_k.device) for nodes in layout.edges.T)
+    rightward = torch.as_tensor(column_b[across] - column_a[across], dtype=flat_k.dtype, device=flat_k.device)
+    aol = torch.as_tensor(layout.areas_over_lengths[across], device=flat_k.device)
+    transmissibility = aol * torch.exp(0.5 * (flat_k[:, node_a] + flat_k[:, node_b]))
+    edge_flux = rightward * transmissibility * (flat_p[:, node_a] - flat_p[:, node_b])
+    left = torch.as_tensor(np.minimum(column_a, column_b)[across], device=flat_k.device)
+    rate = torch.zeros(flat_k.shape[0], width - 1, dtype=edge_flux.dtype, device=flat_k.device)
+    rate = rate.index_add(1, left, edge_flux)
+    return rate[0] if unbatched else rate

@@ -6,6 +6,8 @@ A batch is a dict:
 - ``pressure``: float (B, H, W), the reference pressure, mapped to ``heads`` when set (default inlet 2, outlet 1);
   absent for aperture maps without one, which a dataset reads only with ``require_pressure=False`` (prediction);
 - ``active``: bool (B, H, W), cells that carry flow (aperture > 0 and inside the file's mask);
+- ``inputs``: float (B, C, H, W), the dimensionless input channels a correction model sees, those of the
+  dataset's ``inputs`` names (see :mod:`flowlearn.data.inputs`; the default, ``aperture``, gives C = 2);
 - ``inlet_pressure``, ``outlet_pressure``: float (B,), the pressures at the inlet and outlet faces of ``pressure``;
 - ``name``: list of B strings, ``"<file stem>/<group>"``.
 
@@ -27,6 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
+from flowlearn.data.inputs import DEFAULT_INPUTS, check_input_names, input_channels
 from flowlearn.data.schema import list_fractures, missing_pressure, open_file, read_open
 
 
@@ -79,6 +82,9 @@ def split_fractures(
 class FractureDataset(Dataset):
     """One item per fracture: the dict described in the module docstring, without the batch dimension.
 
+    ``inputs`` names the input channels of ``item["inputs"]``; a fracture that lacks what they need (the walls)
+    raises :class:`~flowlearn.errors.DataValidationError` naming file, group and ``needed_by``.
+
     HDF5 files are opened on first access in each process and the handles are keyed by process id, so a
     DataLoader worker started by fork never reads through a handle its parent opened; pickling drops them.
     """
@@ -89,11 +95,15 @@ class FractureDataset(Dataset):
         heads: tuple[float, float] | None = (2.0, 1.0),
         dtype: torch.dtype = torch.float64,
         require_pressure: bool = True,
+        inputs: Sequence[str] = DEFAULT_INPUTS,
+        needed_by: str = "inputs",
     ) -> None:
         self.refs = list(refs)
         self.heads = heads
         self.dtype = dtype
         self.require_pressure = require_pressure
+        self.inputs = check_input_names(inputs)
+        self.needed_by = needed_by
         self._files: dict[str, h5py.File] = {}
         self._pid: int | None = None
 
@@ -140,6 +150,9 @@ class FractureDataset(Dataset):
             **item,
             "aperture": torch.as_tensor(fr.aperture.astype(np.float64), dtype=self.dtype),
             "active": torch.as_tensor(fr.active),
+            "inputs": torch.as_tensor(
+                input_channels(fr, self.inputs, ref.path, self.needed_by), dtype=self.dtype
+            ),
             "inlet_pressure": torch.tensor(inlet, dtype=self.dtype),
             "outlet_pressure": torch.tensor(outlet, dtype=self.dtype),
             "name": ref.key,
@@ -210,6 +223,7 @@ class FractureDataModule(L.LightningDataModule):
         heads: map each fracture's declared (inlet, outlet) pressures onto these; None keeps the file's values.
         dtype: dtype of the float tensors.
         num_workers: DataLoader worker processes; HDF5 handles are opened inside each worker.
+        inputs: names of the input channels each batch carries (see :mod:`flowlearn.data.inputs`).
     """
 
     def __init__(
@@ -221,6 +235,7 @@ class FractureDataModule(L.LightningDataModule):
         heads: tuple[float, float] | None = (2.0, 1.0),
         dtype: torch.dtype = torch.float64,
         num_workers: int = 0,
+        inputs: Sequence[str] = DEFAULT_INPUTS,
     ) -> None:
         super().__init__()
         self.paths = [path] if isinstance(path, str | os.PathLike) else list(path)
@@ -230,6 +245,7 @@ class FractureDataModule(L.LightningDataModule):
         self.heads = None if heads is None else (float(heads[0]), float(heads[1]))
         self.dtype = dtype
         self.num_workers = num_workers
+        self.inputs = check_input_names(inputs)
         self.splits: dict[str, FractureDataset] = {}
 
     def setup(self, stage: str | None = None) -> None:
@@ -237,7 +253,7 @@ class FractureDataModule(L.LightningDataModule):
             return
         train, val, test = split_fractures(find_fractures(self.paths), self.fractions, self.seed)
         self.splits = {
-            name: FractureDataset(refs, heads=self.heads, dtype=self.dtype)
+            name: FractureDataset(refs, heads=self.heads, dtype=self.dtype, inputs=self.inputs)
             for name, refs in (("train", train), ("val", val), ("test", test))
         }
 

@@ -119,10 +119,12 @@ class Fracture:
 
 @dataclass(frozen=True)
 class FractureInfo:
-    """What a reader needs to plan batches without loading arrays: group name and array shape."""
+    """What a reader needs to plan batches without loading arrays: group name, array shape, and whether the
+    group stores the walls (``bottom`` and ``top``)."""
 
     name: str
     shape: tuple[int, ...]
+    walls: bool = False
 
 
 def _where(path: str | os.PathLike, group: str | None = None, name: str | None = None) -> str:
@@ -350,7 +352,8 @@ def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout
 
 
 def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
-    """Names and shapes of the fractures in a file of either layout, sorted by name, without loading arrays.
+    """Names, shapes and wall presence of the fractures in a file of either layout, sorted by name, without loading
+    arrays.
 
     Shapes are the per-fracture array shapes, (H, W) or (D, H, W) (the leading (1, 1) of the original layout
     dropped).
@@ -364,7 +367,8 @@ def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
             if key not in g:
                 raise DataValidationError(f"{_where(path, name, key)}: missing field")
             shape = tuple(g[key].shape)
-            infos.append(FractureInfo(name, shape[2:] if layout == "original" else shape))
+            walls = layout == "flowlearn" and all(wall in g for wall in WALL_FIELDS)
+            infos.append(FractureInfo(name, shape[2:] if layout == "original" else shape, walls))
         return infos
 
 

@@ -1,6 +1,6 @@
 """Correction models and permeability laws."""
 
-from flowlearn.models.correction import CNNCorrection, PixelCorrection
+from flowlearn.models.correction import CNNCorrection, PixelCorrection, UNetCorrection
 from flowlearn.models.laws import CubicLaw, ExponentLaw, PermeabilityLaw, TransmissivityLaw, cubic_law_log_k
 
 __all__ = [
@@ -10,5 +10,6 @@ __all__ = [
     "PermeabilityLaw",
     "PixelCorrection",
     "TransmissivityLaw",
+    "UNetCorrection",
     "cubic_law_log_k",
 ]

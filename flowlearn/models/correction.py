@@ -1,9 +1,21 @@
-"""Correction models: from an aperture map to the raw correction field that a permeability law consumes."""
+"""Correction models: from a fracture's input channels to the raw correction field that a permeability law consumes.
+
+Every model maps the batch's ``inputs``, float (B, C, *shape) (the channels named by its ``inputs``; see
+:mod:`flowlearn.data.inputs`), to the raw correction, float64 (B, *shape). The networks start at zero output, so an
+untrained network returns ``initial`` everywhere (W = 1 for the cubic laws): training starts from the law it
+corrects. Being fully convolutional, they apply to fractures of any size.
+"""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from flowlearn.data.inputs import DEFAULT_INPUTS, channel_count, check_input_names
 
 
 class PixelCorrection(nn.Module):
@@ -14,26 +26,39 @@ class PixelCorrection(nn.Module):
         initial: Starting value of every parameter (the law's ``initial_raw``).
     """
 
+    # Only the shape of the inputs matters, and every fracture has the aperture.
+    inputs = DEFAULT_INPUTS
+
     def __init__(self, shape: tuple[int, ...], initial: float = 0.0) -> None:
         super().__init__()
         self.shape = tuple(shape)
         self.raw = nn.Parameter(torch.full(self.shape, float(initial), dtype=torch.float64))
 
-    def forward(self, log_aperture: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Raw correction (B, *shape) float64 for log-apertures (B, *shape); the same field for every item."""
-        if tuple(log_aperture.shape[1:]) != self.shape:
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Raw correction (B, *shape) float64 for inputs (B, C, *shape); the same field for every item."""
+        if tuple(inputs.shape[2:]) != self.shape:
             raise ValueError(
-                f"model=pixel was built for fractures of shape {self.shape}, got {tuple(log_aperture.shape[1:])}"
+                f"model=pixel was built for fractures of shape {self.shape}, got {tuple(inputs.shape[2:])}"
             )
-        return self.raw.expand_as(log_aperture)
+        return self.raw.expand(inputs.shape[0], *self.shape)
+
+
+def _convolution(dim: int) -> type[nn.Module]:
+    if dim not in (2, 3):
+        raise ValueError(f"a correction network needs dim 2 or 3, got {dim}")
+    return nn.Conv2d if dim == 2 else nn.Conv3d
+
+
+def _zero_head(conv: type[nn.Module], width: int) -> nn.Module:
+    """A 1x1 convolution to one channel whose weights start at zero: the network starts at zero output."""
+    head = conv(width, 1, 1)
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    return head
 
 
 class CNNCorrection(nn.Module):
-    """A small fully convolutional network that predicts the raw correction from the aperture map.
-
-    Input channels: the log-aperture relative to the fracture's mean over active pixels, and the active mask.
-    The last layer starts at zero, so an untrained network returns ``initial`` everywhere (W = 1 for the cubic
-    laws): training starts from the law it corrects. Being convolutional, it applies to fractures of any size.
+    """A small fully convolutional network that predicts the raw correction from the input channels.
 
     Args:
         dim: 2 for aperture maps (B, H, W), 3 for volumes (B, D, H, W).
@@ -41,19 +66,25 @@ class CNNCorrection(nn.Module):
         depth: Number of hidden convolution layers.
         kernel_size: Odd kernel size of the hidden layers.
         initial: Raw value the network starts from (the law's ``initial_raw``).
+        inputs: Names of the input channels it reads (:data:`flowlearn.data.inputs.INPUTS`).
     """
 
     def __init__(
-        self, dim: int = 2, channels: int = 32, depth: int = 4, kernel_size: int = 5, initial: float = 0.0
+        self,
+        dim: int = 2,
+        channels: int = 32,
+        depth: int = 4,
+        kernel_size: int = 5,
+        initial: float = 0.0,
+        inputs: Sequence[str] = DEFAULT_INPUTS,
     ) -> None:
         super().__init__()
-        if dim not in (2, 3):
-            raise ValueError(f"CNNCorrection needs dim 2 or 3, got {dim}")
+        conv = _convolution(dim)
         if kernel_size % 2 == 0 or kernel_size < 1:
             raise ValueError(f"kernel_size must be odd and positive, got {kernel_size}")
-        conv = nn.Conv2d if dim == 2 else nn.Conv3d
+        self.inputs = check_input_names(inputs)
         layers: list[nn.Module] = []
-        width = 2
+        width = channel_count(self.inputs, dim)
         for _ in range(depth):
             layers += [
                 conv(width, channels, kernel_size, padding="same", padding_mode="replicate"),
@@ -61,18 +92,89 @@ class CNNCorrection(nn.Module):
             ]
             width = channels
         self.body = nn.Sequential(*layers)
-        self.head = conv(width, 1, 1)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+        self.head = _zero_head(conv, width)
         self.initial = float(initial)
         self.double()
 
-    def forward(self, log_aperture: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Raw correction (B, *shape) float64 from log-apertures (B, *shape) (finite; any value where inactive)
-        and the active mask (B, *shape) bool."""
-        mask = active.to(log_aperture.dtype)
-        count = mask.flatten(1).sum(1).clamp_min(1)
-        mean = (log_aperture * mask).flatten(1).sum(1) / count
-        relative = (log_aperture - mean.view(-1, *[1] * (log_aperture.ndim - 1))) * mask
-        features = torch.stack([relative, mask], dim=1)
-        return self.initial + self.head(self.body(features)).squeeze(1)
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Raw correction (B, *shape) float64 from the input channels (B, C, *shape)."""
+        return self.initial + self.head(self.body(inputs.to(torch.float64))).squeeze(1)
+
+
+class UNetCorrection(nn.Module):
+    """A small U-Net: the input channels seen at the full resolution and at ``levels`` coarser ones.
+
+    Each level halves the resolution with a stride-2 convolution (an odd size is first padded by one replicated
+    pixel) and doubles the channels; on the way up a stride-2 transposed convolution restores the size (cropped
+    to the finer level's), and the finer level's features join through a skip connection. Each resolution has two
+    ``kernel_size`` convolutions on each way. Each level doubles how far around a pixel the network looks, so
+    that a pixel's correction can follow the contact spots and channels that steer the flow around it.
+
+    Args:
+        dim: 2 for aperture maps (B, H, W), 3 for volumes (B, D, H, W).
+        channels: Channels at the full resolution (doubled at each coarser level).
+        levels: Coarser resolutions, each half the previous one.
+        kernel_size: Odd kernel size of the convolutions within a level.
+        initial: Raw value the network starts from (the law's ``initial_raw``).
+        inputs: Names of the input channels it reads (:data:`flowlearn.data.inputs.INPUTS`).
+    """
+
+    def __init__(
+        self,
+        dim: int = 2,
+        channels: int = 16,
+        levels: int = 2,
+        kernel_size: int = 3,
+        initial: float = 0.0,
+        inputs: Sequence[str] = DEFAULT_INPUTS,
+    ) -> None:
+        super().__init__()
+        conv = _convolution(dim)
+        transposed = nn.ConvTranspose2d if dim == 2 else nn.ConvTranspose3d
+        if kernel_size % 2 == 0 or kernel_size < 1:
+            raise ValueError(f"kernel_size must be odd and positive, got {kernel_size}")
+        if levels < 1:
+            raise ValueError(f"levels must be >= 1, got {levels}")
+        self.inputs = check_input_names(inputs)
+        self.dim = dim
+
+        def block(width_in: int, width_out: int) -> nn.Sequential:
+            return nn.Sequential(
+                conv(width_in, width_out, kernel_size, padding="same", padding_mode="replicate"),
+                nn.GELU(),
+                conv(width_out, width_out, kernel_size, padding="same", padding_mode="replicate"),
+                nn.GELU(),
+            )
+
+        widths = [channels * 2**level for level in range(levels + 1)]
+        self.encoders = nn.ModuleList([block(channel_count(self.inputs, dim), widths[0])])
+        self.downs = nn.ModuleList()
+        for fine, coarse in itertools.pairwise(widths):
+            self.downs.append(conv(fine, coarse, 2, stride=2))
+            self.encoders.append(block(coarse, coarse))
+        self.ups = nn.ModuleList(
+            [transposed(coarse, fine, 2, stride=2) for fine, coarse in itertools.pairwise(widths)]
+        )
+        self.decoders = nn.ModuleList([block(2 * fine, fine) for fine in widths[:-1]])
+        self.head = _zero_head(conv, widths[0])
+        self.initial = float(initial)
+        self.double()
+
+    def _halve(self, features: torch.Tensor, down: nn.Module) -> torch.Tensor:
+        """``down`` (stride 2) on ``features``, each odd spatial size padded by one replicated pixel first."""
+        padding = [0] * (2 * self.dim)
+        for axis in range(self.dim):  # F.pad lists the last axis first
+            padding[2 * axis + 1] = features.shape[-1 - axis] % 2
+        return down(F.pad(features, padding, mode="replicate") if any(padding) else features)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Raw correction (B, *shape) float64 from the input channels (B, C, *shape), any shape."""
+        features = self.encoders[0](inputs.to(torch.float64))
+        skips = []
+        for down, encoder in zip(self.downs, self.encoders[1:]):
+            skips.append(features)
+            features = encoder(self._halve(features, down))
+        for up, decoder, skip in zip(reversed(self.ups), reversed(self.decoders), reversed(skips)):
+            upsampled = up(features)[(..., *(slice(0, size) for size in skip.shape[2:]))]
+            features = decoder(torch.cat([skip, upsampled], dim=1))
+        return self.initial + self.head(features).squeeze(1)

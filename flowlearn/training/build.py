@@ -11,10 +11,17 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from flowlearn.data.datamodule import FractureRef
+from flowlearn.data.inputs import DEFAULT_INPUTS
 from flowlearn.errors import ConfigError
 from flowlearn.models.correction import PixelCorrection
 from flowlearn.models.laws import PermeabilityLaw
-from flowlearn.training.module import FractureFlowModule
+from flowlearn.training.module import TRAINING_DATA, FractureFlowModule
+
+
+def model_inputs(model_cfg: DictConfig) -> tuple[str, ...]:
+    """The input channels the configured model reads: ``model.inputs``, or the aperture for a model without
+    that option (a pixel model)."""
+    return tuple(OmegaConf.select(model_cfg, "inputs", default=DEFAULT_INPUTS))
 
 
 def build_correction(
@@ -43,7 +50,9 @@ def load_run(
     """Rebuild a trained module from a run directory (its ``.hydra/config.yaml`` and a checkpoint).
 
     ``checkpoint`` defaults to ``checkpoints/last.ckpt`` in the run directory. What the data decided at training
-    time (a pixel model's shape, a CNN's dimension) is read from the checkpoint's weights.
+    time (a pixel model's shape, a network's dimension) is read from the checkpoint's weights; the network's input
+    channels and the training split's aperture statistics from its training-data record (checkpoints written
+    before that record existed: the inputs of the config, no statistics).
     """
     run_dir = Path(run_dir)
     config_path = run_dir / ".hydra" / "config.yaml"
@@ -57,13 +66,15 @@ def load_run(
             raise FileNotFoundError(f"{run_dir}: {what} is missing ({needed} does not exist)")
     cfg = OmegaConf.load(config_path)
     law = instantiate(cfg.law)
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    state, record = saved["state_dict"], saved.get(TRAINING_DATA, {})
     if get_class(cfg.model._target_) is PixelCorrection:
         shape = tuple(state["correction.raw"].shape)
         correction = instantiate(cfg.model, shape=shape, initial=law.initial_raw)
     else:
-        dim = next(v.ndim for k, v in state.items() if k.startswith("correction.body.0.weight")) - 2
-        correction = instantiate(cfg.model, dim=dim, initial=law.initial_raw)
-    module = FractureFlowModule(correction, law, solver=None)
+        dim = state["correction.head.weight"].ndim - 2
+        inputs = list(record.get("inputs", model_inputs(cfg.model)))
+        correction = instantiate(cfg.model, dim=dim, initial=law.initial_raw, inputs=inputs)
+    module = FractureFlowModule(correction, law, solver=None, training_statistics=record.get("statistics"))
     module.load_state_dict(state)
     return module, cfg

@@ -28,6 +28,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
 from flowlearn.checks import is_integer, is_number
+from flowlearn.data.inputs import check_input_names
 from flowlearn.errors import ConfigError, UserErrorExit
 
 
@@ -161,6 +162,13 @@ def validate_config(cfg: DictConfig) -> None:
     # model and law
     _positive(cfg, "model.channels", integer=True)
     _positive(cfg, "model.depth", integer=True)
+    _positive(cfg, "model.levels", integer=True)
+    inputs = OmegaConf.select(cfg, "model.inputs")
+    if inputs is not None:
+        try:
+            check_input_names(list(inputs) if OmegaConf.is_list(inputs) else inputs)
+        except ValueError as error:
+            raise ConfigError(f"model.inputs {error}") from None
     kernel = OmegaConf.select(cfg, "model.kernel_size")
     _check(
         kernel is None or (is_integer(kernel) and kernel > 0 and kernel % 2 == 1),

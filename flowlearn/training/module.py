@@ -1,7 +1,8 @@
 """The LightningModule: aperture -> correction model -> permeability law -> pressure solve -> loss.
 
 Batches come from :class:`flowlearn.data.datamodule.FractureDataModule`: dicts with ``aperture``, ``pressure``, ``active``
-(B, *shape), ``inlet_pressure``/``outlet_pressure`` (B,) and ``name`` (B strings).
+(B, *shape), the correction model's ``inputs`` (B, C, *shape), ``inlet_pressure``/``outlet_pressure`` (B,) and
+``name`` (B strings).
 
 Every fracture gets its own :class:`~flowlearn.darcy.DarcyProblem` (its contact spots differ), kept in a small
 LRU cache so that the solver's symbolic analysis and factors are reused when the fracture comes back.
@@ -40,17 +41,23 @@ _REDUCTIONS = {"mean": MeanMetric, "max": MaxMetric}
 # An epoch's mean training loss this many times the lowest so far: the optimiser has been thrown out of the basin
 # it was descending (a pressure MSE is bounded, so a diverging run shows as a jump rather than as infinity).
 EXPLODING_LOSS = 1e3
+# Checkpoint key of what a trained model needs to know of its data: the names of its input channels (``inputs``)
+# and the [min, max] of each aperture statistic over the training split (``statistics``).
+TRAINING_DATA = "training_data"
 
 
 class FractureFlowModule(L.LightningModule):
     """Trains a correction model through the Darcy pressure solve against reference (LBM) pressure fields.
 
     Args:
-        correction: Module mapping (log_aperture, active), both (B, *shape), to the raw correction (B, *shape).
+        correction: Module mapping the batch's ``inputs`` (B, C, *shape) to the raw correction (B, *shape); its
+            ``inputs`` attribute names the channels it reads.
         law: Permeability law turning log-aperture and raw correction into log-conductivity.
         solver: What ``solve_pressure`` takes as ``solver`` (an engine name or an engine).
         optimizer: Factory ``optimizer(parameters) -> torch.optim.Optimizer`` (a Hydra ``_partial_``).
         cache_size: Fractures whose problems (and so engine factors) are kept between visits.
+        training_statistics: [min, max] of each aperture statistic over the training split
+            (:mod:`flowlearn.data.statistics`), kept in checkpoints with the correction's inputs.
 
     Logged per stage: the metrics of :mod:`flowlearn.training.metrics`, for the model and for the plain law.
     """
@@ -62,6 +69,7 @@ class FractureFlowModule(L.LightningModule):
         solver: str | Engine | None = None,
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
         cache_size: int = 64,
+        training_statistics: dict[str, list[float]] | None = None,
     ) -> None:
         super().__init__()
         self.correction = correction
@@ -69,6 +77,7 @@ class FractureFlowModule(L.LightningModule):
         self.solver = solver
         self.optimizer_factory = optimizer or (lambda params: torch.optim.Adam(params, lr=1e-3))
         self.cache_size = cache_size
+        self.training_statistics = training_statistics or {}
         self._problems: OrderedDict[str, DarcyProblem] = OrderedDict()
         self._cubic: OrderedDict[str, torch.Tensor] = OrderedDict()
         # Training loss of the current epoch (summed over fractures) and the lowest epoch mean so far.
@@ -91,6 +100,12 @@ class FractureFlowModule(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer_factory(self.parameters())
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[TRAINING_DATA] = {
+            "inputs": list(self.correction.inputs),
+            "statistics": self.training_statistics,
+        }
 
     # -- the forward model -------------------------------------------------------------------------------------
 
@@ -129,7 +144,7 @@ class FractureFlowModule(L.LightningModule):
         """Predicted fields for a batch: ``raw``, ``correction`` (W, or w for the exponent law), ``log_k`` and
         ``pressure`` (NaN where a fracture is inactive), all float64 (B, *shape)."""
         log_aperture = self.log_aperture(batch)
-        raw = self.correction(log_aperture, batch["active"])
+        raw = self.correction(batch["inputs"])
         log_k = self.law.log_k(log_aperture, raw)
         problems = self._problems_of(batch)
         pressure = torch.stack(

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from flowlearn.data.datamodule import FractureDataset, find_fractures
+from flowlearn.data.inputs import require_inputs
+from flowlearn.data.schema import read_fracture
+from flowlearn.data.statistics import aperture_statistics, out_of_range
 from flowlearn.training.build import load_run
 from flowlearn.training.predictions import write_predictions
+
+
+def _to_stderr(line: str) -> None:
+    print(f"flowlearn predict: warning: {line}", file=sys.stderr)
 
 
 def predict(
@@ -15,15 +24,34 @@ def predict(
     inputs: Sequence[str | Path],
     output: str | Path,
     checkpoint: str | Path | None = None,
+    warn: Callable[[str], None] = _to_stderr,
 ) -> int:
     """Apply a trained run to the fractures in ``inputs`` (HDF5, either layout, with or without a reference pressure)
     and write ``output`` (the schema of :mod:`flowlearn.training.predictions`, split ``predict``).
 
+    Files whose fractures lack what the model's input channels need (the walls) are refused with a
+    :class:`~flowlearn.errors.DataValidationError` naming file and fracture, before any prediction. Each aperture
+    statistic of an input fracture outside the training split's range, as the checkpoint records it, is passed
+    to ``warn`` as one line naming the fracture, the statistic, its value and the range.
+
     Returns the number of fractures written.
     """
+    paths = [str(p) for p in inputs]
     # The inputs first: a bad file is found before the model is loaded.
-    dataset = FractureDataset(find_fractures([str(p) for p in inputs]), require_pressure=False)
+    refs = find_fractures(paths)
     module, _ = load_run(run_dir, checkpoint)
+    needs, needed_by = module.correction.inputs, f"the model of {run_dir} reads"
+    require_inputs(paths, needs, needed_by)
+    if not module.training_statistics:
+        warn(
+            f"{checkpoint or run_dir}: no training statistics in the checkpoint; inputs are not compared with them"
+        )
+    for ref in refs:
+        fracture = read_fracture(ref.path, ref.name, validate=False)
+        known = not math.isnan(fracture.voxel_size)
+        for line in out_of_range(aperture_statistics(fracture), module.training_statistics, known):
+            warn(f"{ref.path}: group '{ref.name}': {line}")
+    dataset = FractureDataset(refs, require_pressure=False, inputs=needs, needed_by=needed_by)
     try:
         return write_predictions(module, [("predict", dataset)], output)
     finally:

@@ -21,9 +21,11 @@ from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from flowlearn.data.schema import validate_file
+from flowlearn.data.inputs import require_inputs
+from flowlearn.data.schema import read_fracture, validate_file
+from flowlearn.data.statistics import aperture_statistics, statistic_ranges
 from flowlearn.errors import USER_ERRORS, ConfigError
-from flowlearn.training.build import build_correction
+from flowlearn.training.build import build_correction, model_inputs
 from flowlearn.training.checkpoints import prepare_outputs
 from flowlearn.training.config import exit_with_user_error, validate_config
 from flowlearn.training.console import quiet_lightning, summary
@@ -70,11 +72,14 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 
 def check_inputs(cfg: DictConfig) -> None:
     """Everything that can be checked before any heavy start-up: the config's values, then every fracture of the
-    data files against the schema. Raises :class:`ConfigError` or :class:`DataValidationError`."""
+    data files against the schema and against what the model's inputs need. Raises :class:`ConfigError` or
+    :class:`DataValidationError`."""
     validate_config(cfg)
     paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
+    paths = [to_absolute_path(str(path)) for path in paths]
     for path in paths:
-        validate_file(to_absolute_path(str(path)), require_pressure=True)
+        validate_file(path, require_pressure=True)
+    require_inputs(paths, model_inputs(cfg.model), needed_by="model.inputs asks for")
 
 
 def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
@@ -83,7 +88,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
     cfg.data.path = [to_absolute_path(str(p)) for p in paths]
-    datamodule = instantiate(cfg.data)
+    datamodule = instantiate(cfg.data, inputs=list(model_inputs(cfg.model)))
     datamodule.setup("fit")
     train_shapes = sorted({ref.shape for ref in datamodule.splits["train"].refs})
     if not train_shapes:
@@ -92,9 +97,15 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         )
 
     law = instantiate(cfg.law)
-    correction = build_correction(cfg.model, law, datamodule.splits["train"].refs)
+    train_refs = datamodule.splits["train"].refs
+    correction = build_correction(cfg.model, law, train_refs)
     solver = instantiate(cfg.solver)  # a missing backend (Julia, GPU) fails here, before any training
-    module = FractureFlowModule(correction, law, solver, optimizer=instantiate(cfg.optimizer))
+    statistics = statistic_ranges(
+        aperture_statistics(read_fracture(ref.path, ref.name, validate=False)) for ref in train_refs
+    )
+    module = FractureFlowModule(
+        correction, law, solver, optimizer=instantiate(cfg.optimizer), training_statistics=statistics
+    )
 
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     logger = instantiate(cfg.logger)
