@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_train import run_train
 
 from flowlearn import DarcyProblem, solve_pressure
 from flowlearn.darcy.flux import outlet_flow_rate
@@ -19,6 +20,8 @@ from flowlearn.data.schema import Fracture, write_fractures
 from flowlearn.models import CNNCorrection, LocalCubicLaw
 from flowlearn.models.baselines import BASELINE_NAMES, WEDGE_SERIES_BELOW, baseline_log_t, wedge_factor
 from flowlearn.models.laws import ApSquaredLaw, ExponentLaw, power_law_log_t
+from flowlearn.reporting.report import final_metrics
+from flowlearn.reporting.runs import read_metrics
 from flowlearn.training.console import summary
 from flowlearn.training.metrics import (
     DEPARTURE_ERR,
@@ -270,3 +273,31 @@ def test_summary_line_compares_with_the_lcl_and_adds_flow_rates_where_logged(tmp
     assert "mean error 0.5 % (LCL 1.5 %), flow-rate error 4 % (LCL 21 %); outputs" in summary(
         metrics, tmp_path
     )
+
+
+def test_training_on_flow_rates_fixes_what_pressures_cannot_see(tmp_path):
+    # Fractures that conduct 70 % of what the LCL says, uniformly: their pressure is the LCL's exactly, so only the
+    # flow-rate term can teach the model the factor. The LCL's flow-rate error is then 1/0.7 - 1 = 42.9 %.
+    fractures = []
+    for seed in range(8):
+        aperture = _rough_aperture((12, 16), seed=seed, mean_aperture=2.5)
+        problem = DarcyProblem.fracture(aperture.shape, active=aperture > 0, drop_unconnected=True)
+        log_t = torch.from_numpy(
+            np.where(problem.active, 3 * np.log(np.maximum(aperture, 1e-300)) - np.log(12), 0.0)
+        )
+        pressure = np.where(problem.active, solve_pressure(log_t, problem).numpy(), 1.5)
+        fracture = Fracture(
+            f"f{seed}", aperture, pressure, mask=problem.active | (aperture == 0), voxel_size=VOXEL_SIZE
+        )
+        fractures.append(dataclasses.replace(fracture, flow_rate=0.7 * lcl_flow_rate(fracture)))
+    write_fractures(tmp_path / "slow.h5", fractures)
+    result = run_train(
+        f"data.path={tmp_path / 'slow.h5'}", "data.batch_size=2", "trainer.max_epochs=10", "optimizer.lr=0.03",
+        "model.channels=4", "~callbacks.figures", run_dir=tmp_path / "run",
+    )  # fmt: skip
+    assert "loss: flow_rate_weight = 0.01" in result.stdout + result.stderr
+    final = final_metrics(read_metrics(tmp_path / "run"))
+    for stage in ("train", "val", "test"):
+        assert final[f"{stage}/lcl_flow_rate_err"] == pytest.approx(100 * (1 / 0.7 - 1), rel=1e-6)
+        assert final[f"{stage}/flow_rate_err"] < 10, stage
+    assert "flow-rate error" in (result.stdout + result.stderr).split("done:")[-1]
