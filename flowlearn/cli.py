@@ -161,7 +161,9 @@ def _run_predict(args: argparse.Namespace) -> int:
 
     check_writable(args.output)
     count = predict(args.run_dir, args.inputs, args.output, checkpoint=args.checkpoint)
-    print(f"wrote predicted W, log k and pressure of {count} fracture(s) to {args.output}")
+    print(
+        f"wrote predicted W, log k, pressure and flow rate, and the baselines', of {count} fracture(s) to {args.output}"
+    )
     return 0
 
 
@@ -314,8 +316,9 @@ COMMANDS = (
     Command(
         "report",
         "figures and a markdown summary of a finished run, or a comparison table of a sweep",
-        "For a run directory (what `python train.py` writes): write figures/*.png and report.md (metrics, "
-        "improvement over the cubic law, config). For a sweep directory (`python train.py -m`): write report.md "
+        "For a run directory (what `python train.py` writes): write figures/*.png and report.md (metrics of the "
+        "model and of every baseline, improvement over the local cubic law, config). For a sweep directory "
+        "(`python train.py -m`): write report.md "
         "with one row per run, and each complete run's report. Exits 1 when a run of a sweep is incomplete, "
         "2 on an error.",
         _report_arguments,
@@ -325,10 +328,11 @@ COMMANDS = (
         "predict",
         "apply a trained run to new aperture maps",
         "Rebuild the model of RUN_DIR (its .hydra/config.yaml and a checkpoint), apply it to every fracture of "
-        "INPUTS (HDF5, either layout) and write the correction W, log k, the predicted and cubic-law pressure, and "
-        "the input's reference pressure to OUTPUT (HDF5, written atomically). Files lacking an input channel the "
-        "model reads (the walls) are refused; each aperture statistic of an input fracture outside its range over "
-        "the training split is one warning line on stderr.",
+        "INPUTS (HDF5, either layout) and write the correction W, log k, the predicted pressure and flow rate, the "
+        "baselines' (the local cubic law and the others, with the power-law exponent fitted in training), and the "
+        "input's reference pressure and flow rate to OUTPUT (HDF5, written atomically). Files lacking an input "
+        "channel the model reads (the walls) are refused; each aperture statistic of an input fracture outside its "
+        "range over the training split is one warning line on stderr.",
         _predict_arguments,
         _run_predict,
     ),

@@ -69,7 +69,7 @@ def test_notebook_opens_the_newest_finished_run(executed):
     ]
     improvement = final_metrics(read_metrics(newest))["test/improvement"]
     (table,) = tables
-    assert next(line for line in table.splitlines() if line.startswith("| test |")).endswith(
+    assert next(line for line in table.splitlines() if line.startswith("| test | learned |")).endswith(
         f" | {improvement:.4g} |"
     )
 

@@ -3,6 +3,8 @@ tolerance is refused, a diverging run says which learning rate to lower, and fix
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,7 @@ from test_train import make_dataset, run_train
 from flowlearn import DarcyProblem, ProblemError, solve_pressure
 from flowlearn.errors import ConfigError, SolutionError
 from flowlearn.training.config import validate_config
-from flowlearn.training.metrics import pixel_errors
+from flowlearn.training.metrics import fracture_metrics
 
 
 @pytest.mark.parametrize("solver", ["cholmod", "superlu"])
@@ -64,8 +66,15 @@ def test_fixed_heads_stay_out_of_the_pixel_metrics():
     predicted[..., -1] = 1.01
     free = torch.from_numpy(problem.free)[None]
     active = torch.from_numpy(problem.active)[None]
-    assert float(pixel_errors(predicted, reference, free)["rel_err_max"][0]) == 0.0
-    assert float(pixel_errors(predicted, reference, active)["rel_err_max"][0]) == pytest.approx(1.0)
+    heads = (torch.tensor([2.0], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64))
+    no_flow_rate = torch.tensor([math.nan], dtype=torch.float64)
+
+    def max_error(mask: torch.Tensor) -> float:
+        metrics = fracture_metrics(predicted, reference, mask, *heads, no_flow_rate, no_flow_rate)
+        return float(metrics["rel_err_max"][0])
+
+    assert max_error(free) == 0.0
+    assert max_error(active) == pytest.approx(1.0)
 
 
 def test_a_diverging_run_says_to_lower_the_learning_rate(tmp_path):

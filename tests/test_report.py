@@ -12,6 +12,7 @@ from viz_support import tiny_run, train
 from flowlearn.cli import main
 from flowlearn.reporting.report import final_metrics
 from flowlearn.reporting.runs import read_metrics
+from flowlearn.training.predictions import read_predictions
 
 
 @pytest.fixture
@@ -58,6 +59,16 @@ def table_rows(report: str) -> dict[str, list[str]]:
     return rows
 
 
+def metric_rows(report: str) -> dict[tuple[str, str], list[str]]:
+    """Rows of a run report's metrics table keyed by (split, model)."""
+    rows = {}
+    for line in report.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0] in ("train", "val", "test"):
+            rows[(cells[0], cells[1])] = cells[2:]
+    return rows
+
+
 def test_run_report_has_figures_metrics_and_config(flowlearn, run, tmp_path):
     status, out, err = flowlearn("report", str(run), "--output", str(tmp_path), "--dpi", "50")
     assert status == 0, err
@@ -67,17 +78,26 @@ def test_run_report_has_figures_metrics_and_config(flowlearn, run, tmp_path):
         assert f"![{name}](figures/{name}.png)" in report
         assert (tmp_path / "figures" / f"{name}.png").stat().st_size > 5000
     final = final_metrics(read_metrics(run))
-    rows = table_rows(report)
-    assert set(rows) == {"train", "val", "test"}
-    for stage, cells in rows.items():
-        mse, mean, _, _, cubic_mean, _, improvement = (float(c) for c in cells)
-        assert mse == float(f"{final[f'{stage}/mse']:.4g}")
-        assert mean == float(f"{final[f'{stage}/rel_err_mean']:.4g}")
-        assert cubic_mean == float(f"{final[f'{stage}/cubic_rel_err_mean']:.4g}")
-        # The improvement over the cubic law follows from the two mean errors.
-        assert improvement == pytest.approx(100 * (1 - mean / cubic_mean), abs=0.05)
+    rows = metric_rows(report)
+    assert {split for split, _ in rows} == {"train", "val", "test"}
+    power = read_predictions(run / "predictions.h5")[0].power_exponent
+    models = ["learned", "uniform T", "T ∝ Ap²", "LCL", f"T ∝ Ap^a (a = {power:.3g})", "wedge-corrected LCL"]
+    for stage in ("train", "val", "test"):
+        assert [model for split, model in rows if split == stage] == models
+        mse, mean, _, departure, flow, gain = rows[(stage, "learned")]
+        assert float(mse) == float(f"{final[f'{stage}/mse']:.4g}")
+        assert float(mean) == float(f"{final[f'{stage}/rel_err_mean']:.4g}")
+        assert float(departure) == float(f"{final[f'{stage}/departure_err']:.4g}")
+        lcl_mean = float(rows[(stage, "LCL")][1])
+        assert lcl_mean == float(f"{final[f'{stage}/lcl_rel_err_mean']:.4g}")
+        # The improvement is over the LCL and follows from the two mean errors; only the model has one.
+        assert float(gain) == pytest.approx(100 * (1 - float(mean) / lcl_mean), abs=0.05)
+        assert rows[(stage, "LCL")][-1] == "–"
+        # The test fractures carry no flow rate: the column is empty, and the report says why.
+        assert flow == "–" and all(cells[4] == "–" for (split, _), cells in rows.items() if split == stage)
+    assert "no flow-rate errors: the run's fractures carry no reference flow rate" in report
     assert "epochs trained: 3" in report
-    assert "model=cnn" in report and "law=cubic" in report
+    assert "model=cnn" in report and "law=lcl" in report
     assert "max_epochs: 3" in report  # the config
 
 
@@ -98,8 +118,9 @@ def test_sweep_report_lists_every_run_with_its_metrics(flowlearn, sweep):
         assert float(val_mean) == float(f"{final['val/rel_err_mean']:.4g}")
         assert float(test_mean) == float(f"{final['test/rel_err_mean']:.4g}")
         assert (sweep / name / "report.md").is_file() and (sweep / name / "figures" / "error.png").is_file()
-    # Different learning rates, different results: each row carries its own run's numbers.
-    assert rows["0"][3] != rows["1"][3]
+    # Different learning rates, different results: each row carries its own run's numbers. (After one step from
+    # W = 1 both models are within 0.1 % of the LCL, so the improvement over it tells them apart.)
+    assert rows["0"][5] != rows["1"][5]
 
 
 def test_sweep_with_an_incomplete_run_lists_it_and_fails(flowlearn, sweep, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from matplotlib.image import AxesImage, imread
 from viz_support import SHAPE, VOXEL_SIZE, tiny_run, train
 
+from flowlearn.models.baselines import BASELINE_NAMES
 from flowlearn.reporting.figures import (
     INACTIVE_COLOUR,
     figure_set,
@@ -57,12 +58,17 @@ def independent_errors(predicted: np.ndarray, reference: np.ndarray, mask: np.nd
     return sum(relative) / len(relative), max(relative)
 
 
-def test_predictions_carry_the_voxel_size_and_inactive_pixels(fields):
+def test_predictions_carry_the_voxel_size_inactive_pixels_and_every_baseline(fields):
     assert len(fields) == 6
     for f in fields:
         assert f.voxel_size == VOXEL_SIZE
         assert f.aperture.shape == SHAPE
         assert (~f.active).any() and np.isnan(f.pressure[~f.active]).all()
+        # The voxel size is known and the power law was fitted: every baseline applies, with its flow rate.
+        assert set(f.baseline_pressures) == set(f.baseline_flow_rates) == set(BASELINE_NAMES)
+        assert np.isfinite([f.flow_rate, *f.baseline_flow_rates.values()]).all() and f.flow_rate > 0
+        assert math.isnan(f.flow_rate_reference)  # the test fractures store none
+        assert f.power_exponent == fields[0].power_exponent and 0 < f.power_exponent < 6
 
 
 def test_every_figure_renders_to_a_nontrivial_png(fields, run, tmp_path):
@@ -109,28 +115,28 @@ def test_pressure_scale_holds_every_field(fields):
     assert shown.split == "test"
     (low, high), *_ = {i.get_clim() for i in images(plot_pressure(shown))}
     solved = shown.solved
-    for p in (shown.pressure, shown.pressure_cubic, shown.pressure_reference):
+    for p in (shown.pressure, shown.pressure_compared, shown.pressure_reference):
         assert low <= p[solved].min() and p[solved].max() <= high
 
 
 def test_error_titles_equal_metrics_computed_from_the_arrays(fields, run):
     held_out = [f for f in fields if f.split in ("val", "test")]
     for f in held_out:
-        ax_cubic, ax_learned = (image.axes for image in images(plot_error(f)))
+        ax_lcl, ax_learned = (image.axes for image in images(plot_error(f)))
         # The metrics' pixels: solved, less the fixed inlet and outlet columns.
         mask = f.active & ~np.isnan(f.pressure)
         mask[:, [0, -1]] = False
-        for ax, predicted in ((ax_cubic, f.pressure_cubic), (ax_learned, f.pressure)):
+        for ax, predicted in ((ax_lcl, f.baseline_pressures["lcl"]), (ax_learned, f.pressure)):
             shown = title_numbers(ax.get_title())
             expected = independent_errors(predicted, f.pressure_reference, mask)
             assert shown == tuple(float(f"{value:.3g}") for value in expected), (f.name, ax.get_title())
-    # The gallery's titles say the same numbers, row by row (cubic law, then learned).
+    # The gallery's titles say the same numbers, row by row (LCL, then learned).
     gallery = plot_gallery(held_out)
     titled = [title_numbers(i.axes.get_title()) for i in images(gallery) if "mean" in i.axes.get_title()]
     expected = [
         tuple(float(f"{v:.3g}") for v in independent_errors(p, f.pressure_reference, f.compared))
         for f in held_out
-        for p in (f.pressure_cubic, f.pressure)
+        for p in (f.baseline_pressures["lcl"], f.pressure)
     ]
     assert titled == expected
     # And the per-fracture means average to what the training module logged for the test split.
@@ -170,7 +176,10 @@ def test_aperture_scale_ignores_reservoir_columns(fields):
         shown,
         **{
             name: np.pad(getattr(shown, name), ((0, 0), (2, 2)), mode="edge")
-            for name in ("active", "correction", "log_k", "pressure", "pressure_cubic", "pressure_reference")
+            for name in ("active", "correction", "log_k", "pressure", "pressure_reference")
+        },
+        baseline_pressures={
+            name: np.pad(p, ((0, 0), (2, 2)), mode="edge") for name, p in shown.baseline_pressures.items()
         },
         aperture=np.pad(shown.aperture, ((0, 0), (2, 2)), constant_values=50 * shown.aperture.max()),
     )
@@ -201,7 +210,10 @@ def test_curves_plot_the_logged_metrics(run):
         epochs, values = metric_series(columns, column)
         np.testing.assert_array_equal(lines[label].get_xdata(), epochs)
         np.testing.assert_array_equal(lines[label].get_ydata(), values)
-    assert lines["val, cubic law"].get_linestyle() == "--"
+    assert lines["val, LCL"].get_linestyle() == "--"
+    np.testing.assert_array_equal(
+        lines["val, LCL"].get_ydata(), metric_series(columns, "val/lcl_rel_err_mean")[1]
+    )
     assert loss_ax.get_yscale() == "log"
     assert error_ax.get_ylabel() == "|p̂ − p|/p (%)"
 
@@ -256,10 +268,11 @@ def test_volumes_show_their_middle_slice_and_whole_volume_errors(fields):
     # Three slices; the middle one is the 2D fracture, the others are scaled copies with larger errors.
     arrays = {
         name: np.stack([getattr(flat, name)] * 3)
-        for name in ("aperture", "active", "correction", "log_k", "pressure_cubic", "pressure_reference")
+        for name in ("aperture", "active", "correction", "log_k", "pressure_reference")
     }
     arrays["pressure"] = np.stack([flat.pressure * 1.01, flat.pressure, flat.pressure * 0.98])
-    volume = dataclasses.replace(flat, **arrays)
+    baselines = {name: np.stack([p] * 3) for name, p in flat.baseline_pressures.items()}
+    volume = dataclasses.replace(flat, **arrays, baseline_pressures=baselines)
     figures = figure_set([volume])
     for name in ("aperture", "correction", "pressure", "error"):
         for image in images(figures[name]):

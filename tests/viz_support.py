@@ -1,8 +1,8 @@
 """A tiny finished training run for the figure, report and notebook tests.
 
 The fractures have contact spots (zero aperture), so every figure has inactive pixels to show. Their "reference"
-pressure comes from a Darcy solve with k ∝ Ap³ instead of the cubic law's Ap², so the cubic law is measurably
-wrong and a trained correction differs from W = 1.
+pressure comes from a Darcy solve with T ∝ Ap^2.5 instead of the local cubic law's Ap³, so the LCL is measurably
+wrong and a trained correction differs from W = 1. They carry no reference flow rate.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def make_fractures(path: Path, count: int = 6, seed: int = 0) -> Path:
         )
         aperture = rough_fracture(params).aperture * VOXEL_SIZE
         problem = DarcyProblem.fracture(SHAPE, active=aperture > 0, drop_unconnected=True)
-        log_k = np.where(problem.active, 3 * np.log(np.maximum(aperture, 1e-300)), 0.0)
+        log_k = np.where(problem.active, 2.5 * np.log(np.maximum(aperture, 1e-300)), 0.0)
         pressure = solve_pressure(torch.from_numpy(log_k), problem).numpy()
         assert (~problem.active).any(), "the test fractures should have inactive pixels"
         fractures.append(

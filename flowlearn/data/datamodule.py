@@ -9,6 +9,9 @@ A batch is a dict:
 - ``inputs``: float (B, C, H, W), the dimensionless input channels a correction model sees, those of the
   dataset's ``inputs`` names (see :mod:`flowlearn.data.inputs`; the default, ``aperture``, gives C = 2);
 - ``inlet_pressure``, ``outlet_pressure``: float (B,), the pressures at the inlet and outlet faces of ``pressure``;
+- ``flow_rate``: float (B,), the reference flow rate through the outlet for these heads (the file's value times
+  the ratio of the head drops when ``heads`` maps them), NaN where the file stores none;
+- ``voxel_size``: float (B,), metres per pixel, NaN where unknown;
 - ``name``: list of B strings, ``"<file stem>/<group>"``.
 
 Float tensors have the DataModule's ``dtype`` (float64 by default, the precision of the pressure solve). One batch
@@ -17,6 +20,7 @@ holds fractures of one shape only.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
@@ -144,7 +148,11 @@ class FractureDataset(Dataset):
             item["pressure"] = torch.as_tensor(pressure, dtype=self.dtype)
         elif self.require_pressure:
             raise missing_pressure(ref.path, ref.name)
+        flow_rate = math.nan if fr.flow_rate is None else fr.flow_rate
         if self.heads is not None:
+            if fr.flow_rate is not None:
+                # The stored flow rate is proportional to the stored head drop.
+                flow_rate *= (self.heads[0] - self.heads[1]) / (inlet - outlet)
             inlet, outlet = self.heads
         return {
             **item,
@@ -155,6 +163,8 @@ class FractureDataset(Dataset):
             ),
             "inlet_pressure": torch.tensor(inlet, dtype=self.dtype),
             "outlet_pressure": torch.tensor(outlet, dtype=self.dtype),
+            "flow_rate": torch.tensor(flow_rate, dtype=self.dtype),
+            "voxel_size": torch.tensor(fr.voxel_size, dtype=self.dtype),
             "name": ref.key,
         }
 

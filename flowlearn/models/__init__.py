@@ -1,15 +1,20 @@
-"""Correction models and permeability laws."""
+"""Correction models, transmissivity laws and the baselines."""
 
+from flowlearn.models.baselines import BASELINES, Baseline, baseline_log_t, wedge_factor
 from flowlearn.models.correction import CNNCorrection, PixelCorrection, UNetCorrection
-from flowlearn.models.laws import CubicLaw, ExponentLaw, PermeabilityLaw, TransmissivityLaw, cubic_law_log_k
+from flowlearn.models.laws import ApSquaredLaw, ExponentLaw, LocalCubicLaw, PermeabilityLaw, power_law_log_t
 
 __all__ = [
+    "BASELINES",
+    "ApSquaredLaw",
+    "Baseline",
     "CNNCorrection",
-    "CubicLaw",
     "ExponentLaw",
+    "LocalCubicLaw",
     "PermeabilityLaw",
     "PixelCorrection",
-    "TransmissivityLaw",
     "UNetCorrection",
-    "cubic_law_log_k",
+    "baseline_log_t",
+    "power_law_log_t",
+    "wedge_factor",
 ]

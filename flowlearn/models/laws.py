@@ -1,9 +1,24 @@
-"""Permeability laws: how a raw correction field turns an aperture map into a log-conductivity.
+"""Transmissivity laws: how an aperture map and a raw correction field make the node log-conductivity.
 
-Each law maps ``log_aperture`` (natural log of the aperture in metres) and the correction model's raw output
-``raw`` (same shape) to the node log-conductivity that the pressure solve takes. Only ratios of conductivity
-matter for the fracture problem (fixed heads, no sources), so constant factors such as 1/12 do not change the
-pressure, but they are kept so that k carries its physical meaning (m^2).
+The fracture's Darcy solve is depth-averaged: the conductivity of a node is the transmissivity T of its column of
+the gap, the flow per unit width and unit head gradient with the viscosity divided out (m³ for apertures in
+metres). The training module solves on a grid of unit pixel size and unit thickness, so that the outlet flow rate
+of :func:`~flowlearn.darcy.flux.outlet_flow_rate` is in the units of the data's ``flow_rate`` attribute (see
+:mod:`flowlearn.data.schema`). Pressures depend only on ratios of T: a constant factor changes the flow rate and
+never the pressure.
+
+Every law maps ``log_aperture`` (natural log of the aperture in metres; any finite value at inactive pixels), the
+correction model's raw output ``raw`` and the ``active`` mask, all (B, *shape) (float64, float64, bool), to the
+node log-conductivity (B, *shape) float64. Values at inactive pixels are finite and unused.
+
+The laws:
+
+- ``lcl``: T = Ap³/12 · W, the local cubic law (LCL): the parallel-plate law applied to each pixel's aperture;
+- ``ap2``: T = Ā·Ap²/12 · W, the original work's k = Ap²/12 over a uniform thickness, here the fracture's mean
+  aperture Ā (over its active pixels), so that a parallel-plate fracture gets the cubic law's flow rate; within a
+  fracture T ∝ Ap², not Ap³;
+- ``exponent``: K = Ap^(2·relu(w)), the original work's law, whose K carries no physical units (a flow rate of it
+  means nothing).
 """
 
 from __future__ import annotations
@@ -13,53 +28,83 @@ import math
 import torch
 
 
+def log_mean_aperture(log_aperture: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """log Ā, the log of each fracture's mean aperture over its active pixels: float64 (B, 1, ..., 1), broadcastable
+    against ``log_aperture`` (B, *shape)."""
+    mask = active.to(log_aperture.dtype)
+    total = (torch.exp(log_aperture) * mask).flatten(1).sum(1)
+    count = mask.flatten(1).sum(1).clamp_min(1)
+    return torch.log(total / count).view(-1, *[1] * (log_aperture.ndim - 1))
+
+
+def power_law_log_t(log_aperture: torch.Tensor, active: torch.Tensor, exponent: float) -> torch.Tensor:
+    """log T of the power law T = (Ā³/12)·(Ap/Ā)^a with a = ``exponent``: T ∝ Ap^a within a fracture, scaled so that a
+    parallel-plate fracture (Ap ≡ Ā) gets the cubic law T = Ā³/12 whatever a. a = 3 is the LCL (exactly Ap³/12),
+    a = 2 the ``ap2`` law, a = 0 a uniform T (the straight-line pressure where there is no contact spot).
+    Shapes as in the module docstring (``raw`` aside)."""
+    log_mean = log_mean_aperture(log_aperture, active)
+    return 3 * log_mean - math.log(12.0) + exponent * (log_aperture - log_mean)
+
+
 class PermeabilityLaw:
-    """Base class. ``initial_raw`` is the raw value a correction model starts from."""
+    """Base class of the laws a correction model trains through.
+
+    Attributes:
+        name: the law's config name (``law=<name>``).
+        initial_raw: the raw value a correction model starts from.
+        correction_name: what :meth:`correction` returns, for outputs and figures ("W" or "w").
+        has_flow_units: whether exp(log_k) is a transmissivity in m³, so that the solve's flow rate is physical
+            and can be compared with (and trained on) the reference flow rate.
+    """
 
     name: str = ""
     initial_raw: float = 0.0
-    correction_name: str = "W"  # what ``correction`` returns, for outputs and figures
+    correction_name: str = "W"
+    has_flow_units: bool = True
 
-    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
-        """Node log-conductivity, shaped like the inputs."""
+    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """Node log-conductivity; shapes and dtypes in the module docstring."""
         raise NotImplementedError
 
     def correction(self, raw: torch.Tensor) -> torch.Tensor:
-        """The correction field in the law's own terms (W for the cubic laws, the exponent w for ``exponent``)."""
+        """The correction field in the law's own terms (W = exp(raw), or the exponent w for ``exponent``)."""
         return torch.exp(raw)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
 
-class CubicLaw(PermeabilityLaw):
-    """k = Ap^2/12 * W with W = exp(raw) > 0; W = 1 (raw = 0), the local cubic law, at the start."""
+class LocalCubicLaw(PermeabilityLaw):
+    """T = Ap³/12 · W with W = exp(raw) > 0: the local cubic law corrected by W, which starts at 1 (raw = 0)."""
 
-    name = "cubic"
+    name = "lcl"
 
-    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
-        return 2 * log_aperture - math.log(12.0) + raw
-
-
-class TransmissivityLaw(PermeabilityLaw):
-    """T = Ap^3/12 * W, the local cubic law of a depth-averaged model, with W = exp(raw) > 0 starting at 1."""
-
-    name = "transmissivity"
-
-    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         return 3 * log_aperture - math.log(12.0) + raw
 
 
+class ApSquaredLaw(PermeabilityLaw):
+    """T = Ā·Ap²/12 · W with W = exp(raw) > 0 starting at 1: the original work's k = Ap²/12 over a uniform thickness
+    Ā (the fracture's mean aperture), i.e. T ∝ Ap² within a fracture."""
+
+    name = "ap2"
+
+    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        return power_law_log_t(log_aperture, active, 2.0) + raw
+
+
 class ExponentLaw(PermeabilityLaw):
-    """K = Ap^(2*relu(w)), the original work's law, with w = raw starting at 0.5 (K = Ap); w = 1 gives Ap^2."""
+    """K = Ap^(2·relu(w)), the original work's law, with w = raw starting at 0.5 (K = Ap); w = 1 gives Ap². K has the
+    units of Ap^(2w), not of a transmissivity: flow rates of this law mean nothing."""
 
     name = "exponent"
     correction_name = "w"
+    has_flow_units = False
 
     def __init__(self, initial_exponent: float = 0.5) -> None:
         self.initial_raw = initial_exponent
 
-    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         return 2 * torch.relu(raw) * log_aperture
 
     def correction(self, raw: torch.Tensor) -> torch.Tensor:
@@ -67,8 +112,3 @@ class ExponentLaw(PermeabilityLaw):
 
     def __repr__(self) -> str:
         return f"ExponentLaw(initial_exponent={self.initial_raw})"
-
-
-def cubic_law_log_k(log_aperture: torch.Tensor) -> torch.Tensor:
-    """log k of the plain local cubic law (W = 1), the baseline every model is compared with."""
-    return CubicLaw().log_k(log_aperture, torch.zeros_like(log_aperture))

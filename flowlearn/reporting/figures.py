@@ -1,5 +1,7 @@
 """Figures of a trained correction: aperture, learned W, pressures, pixel-wise errors, training curves, gallery.
 
+The learned model is shown beside the local cubic law (LCL, T = Ap³/12), the baseline it must beat.
+
 Every ``plot_*`` function takes the fields of a run (:class:`~flowlearn.training.predictions.FractureFields`, as read from
 ``predictions.h5``, or the columns of ``metrics.csv``) and returns a :class:`matplotlib.figure.Figure`. Figures are
 built without pyplot, so nothing depends on a GUI backend or on global figure state and they render in any thread,
@@ -29,19 +31,20 @@ from matplotlib.image import AxesImage
 from matplotlib.ticker import MaxNLocator
 
 from flowlearn.data.departure import Departure
+from flowlearn.models.baselines import COMPARED
 from flowlearn.reporting.runs import metric_series
 from flowlearn.training.metrics import LOSS, MSE, REL_ERR_MEAN, STAGES, column, relative_error
 from flowlearn.training.predictions import FractureFields
 
 # Grey for pixels that carry no flow: readable next to every colour map used here.
 INACTIVE_COLOUR = "0.6"
-# How each permeability law uses its correction (for titles).
+# How each law uses its correction (for titles).
 LAW_FORMULAS = {
-    "cubic": "k = Ap²/12 · W",
-    "transmissivity": "k = Ap³/12 · W",
+    "lcl": "T = Ap³/12 · W",
+    "ap2": "T = Ā·Ap²/12 · W",
     "exponent": "K = Ap^(2·relu(w))",
 }
-CUBIC_LAW = "cubic law (k = Ap²/12)"
+LCL = "LCL (T = Ap³/12)"
 PANEL_INCHES = 3.6  # width of one map panel
 HELD_OUT = ("val", "test")
 # Splits in the order the single-fracture maps pick their fracture from.
@@ -146,8 +149,8 @@ def _correction_maps(fields: Sequence[FractureFields]) -> tuple[list[np.ndarray]
 
     W is shown as log10 W on a diverging scale centred on 0 (W = 1, the law unchanged) and symmetric about it, so
     equal colours mean equal departures either way. The exponent law's w starts at 0.5 and moves as a whole, so a
-    scale centred on its cubic-law value 1 would paint it one flat colour: it gets a sequential scale over its
-    range instead.
+    scale centred on a reference value (w = 1, T ∝ Ap²) would paint it one flat colour: it gets a sequential scale
+    over its range instead.
     """
     if fields[0].correction_name == "w":
         images = [_masked(f, f.correction) for f in fields]
@@ -155,7 +158,7 @@ def _correction_maps(fields: Sequence[FractureFields]) -> tuple[list[np.ndarray]
         high = max(float(np.nanmax(i)) for i in images)
         # A correction that has not moved still gets a valid, narrow scale.
         norm = Normalize(low, max(high, low + 1e-3))
-        return images, _cmap("plasma"), norm, "exponent w (K = Ap^(2w); 1: cubic law)"
+        return images, _cmap("plasma"), norm, "exponent w (K = Ap^(2w); 1: T ∝ Ap²)"
     with np.errstate(divide="ignore", invalid="ignore"):
         images = [_masked(f, np.log10(f.correction)) for f in fields]
     spread = max(float(np.nanmax(np.abs(i))) for i in images)
@@ -220,11 +223,11 @@ def plot_correction(fields: FractureFields) -> Figure:
 
 
 def plot_pressure(fields: FractureFields) -> Figure:
-    """Reference (LBM), cubic-law and learned pressure on one shared scale (one panel each, one colourbar); without
-    a reference (a prediction on an aperture map), the other two."""
+    """Reference (LBM), LCL and learned pressure on one shared scale (one panel each, one colourbar); without a
+    reference (a prediction on an aperture map), the other two."""
     panels = [
         ("reference (LBM)", fields.pressure_reference),
-        (CUBIC_LAW, fields.pressure_cubic),
+        (LCL, fields.pressure_compared),
         (f"learned {fields.correction_name}", fields.pressure),
     ]
     titles, pressures = zip(*[(title, p) for title, p in panels if p is not None])
@@ -240,18 +243,18 @@ def plot_pressure(fields: FractureFields) -> Figure:
 
 
 def plot_error(fields: FractureFields) -> Figure:
-    """Pixel-wise relative error |p̂ − p|/p in % of the cubic law and the learned model, on one shared scale.
+    """Pixel-wise relative error |p̂ − p|/p in % of the LCL and the learned model, on one shared scale.
 
     Titles carry the mean and max over the pixels the metrics compare (solved, less the fixed inlet and outlet
     columns; the whole volume for 3D fields, not only the slice).
     """
     fig, axes = _row(2, fields)
     mask = fields.compared
-    cubic, cubic_mean, cubic_max = error_map(fields.pressure_cubic, fields.pressure_reference, mask)
+    lcl, lcl_mean, lcl_max = error_map(fields.pressure_compared, fields.pressure_reference, mask)
     learned, learned_mean, learned_max = error_map(fields.pressure, fields.pressure_reference, mask)
-    norm = Normalize(0, max(cubic_max, learned_max, 1e-12))
+    norm = Normalize(0, max(lcl_max, learned_max, 1e-12))
     panels = (
-        (cubic, error_title(CUBIC_LAW, cubic_mean, cubic_max)),
+        (lcl, error_title(LCL, lcl_mean, lcl_max)),
         (learned, error_title(f"learned {fields.correction_name}", learned_mean, learned_max)),
     )
     for ax, (error, title) in zip(axes, panels):
@@ -265,9 +268,9 @@ def plot_error(fields: FractureFields) -> Figure:
 def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
     """Training curves from the columns of ``metrics.csv`` (see :func:`flowlearn.reporting.runs.read_metrics`).
 
-    Left: the loss (MSE) of training and validation, with the cubic law's validation MSE dashed. Right: the mean
-    relative pressure error (%) of each logged stage, with the cubic law's dashed in the same colour. Test
-    metrics, logged once, are single markers.
+    Left: the loss of training and the MSE of validation, with the LCL's validation MSE dashed. Right: the mean
+    relative pressure error (%) of each logged stage, with the LCL's dashed in the same colour. Test metrics,
+    logged once, are single markers.
     """
     fig = Figure(figsize=(10.5, 3.8), layout="compressed")
     loss_ax, error_ax = fig.subplots(1, 2)
@@ -285,15 +288,13 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
     draw(loss_ax, LOSS, "train loss", color=colours["train"])
     for stage in HELD_OUT:
         draw(loss_ax, column(stage, MSE), f"{stage} MSE", color=colours[stage])
-        draw(
-            loss_ax, column(stage, MSE, True), f"{stage} MSE, cubic law", color=colours[stage], linestyle="--"
-        )
+        draw(loss_ax, column(stage, MSE, COMPARED), f"{stage} MSE, LCL", color=colours[stage], linestyle="--")
     for stage in STAGES:
         draw(error_ax, column(stage, REL_ERR_MEAN), f"{stage}, learned", color=colours[stage])
         draw(
             error_ax,
-            column(stage, REL_ERR_MEAN, True),
-            f"{stage}, cubic law",
+            column(stage, REL_ERR_MEAN, COMPARED),
+            f"{stage}, LCL",
             color=colours[stage],
             linestyle="--",
         )
@@ -308,7 +309,7 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
 
 
 def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
-    """Held-out fractures side by side: aperture, learned correction, cubic-law error, learned-model error.
+    """Held-out fractures side by side: aperture, learned correction, LCL error, learned-model error.
 
     One row per fracture (the first ``max_rows``); each column shares one colour scale and one colourbar, and the
     two error columns share theirs, so that rows and the two models compare directly.
@@ -325,20 +326,21 @@ def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
     apertures, aperture_norm, aperture_label, aperture_extend = _aperture_maps(rows)
     corrections, correction_cmap, correction_norm, correction_label = _correction_maps(rows)
     errors = [
-        [error_map(p, f.pressure_reference, f.compared) for p in (f.pressure_cubic, f.pressure)] for f in rows
+        [error_map(p, f.pressure_reference, f.compared) for p in (f.pressure_compared, f.pressure)]
+        for f in rows
     ]
     error_norm = Normalize(0, max(max(e[0][2], e[1][2]) for e in errors))
     for r, f in enumerate(rows):
-        (cubic, cubic_mean, cubic_max), (learned, learned_mean, learned_max) = errors[r]
+        (lcl, lcl_mean, lcl_max), (learned, learned_mean, learned_max) = errors[r]
         drawn = (
             _show(axes[r, 0], f, apertures[r], _cmap("YlGnBu"), aperture_norm),
             _show(axes[r, 1], f, corrections[r], correction_cmap, correction_norm),
-            _show(axes[r, 2], f, _plane(cubic), _cmap("magma_r"), error_norm),
+            _show(axes[r, 2], f, _plane(lcl), _cmap("magma_r"), error_norm),
             _show(axes[r, 3], f, _plane(learned), _cmap("magma_r"), error_norm),
         )
         axes[r, 0].set_title(f"{f.name} ({f.split})", fontsize="small")
         axes[r, 1].set_title(f"learned {f.correction_name}", fontsize="small")
-        axes[r, 2].set_title(error_title("cubic law", cubic_mean, cubic_max), fontsize="small")
+        axes[r, 2].set_title(error_title("LCL", lcl_mean, lcl_max), fontsize="small")
         axes[r, 3].set_title(
             error_title(f"learned {f.correction_name}", learned_mean, learned_max), fontsize="small"
         )

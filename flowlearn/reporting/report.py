@@ -16,26 +16,25 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from flowlearn.errors import RunDirectoryError
+from flowlearn.models.baselines import BASELINES, COMPARED, Baseline
 from flowlearn.reporting.figures import figure_set, save_figures
 from flowlearn.reporting.runs import metric_series, missing_outputs, read_metrics, sweep_runs
 from flowlearn.training import metrics
 from flowlearn.training.predictions import read_predictions
 from flowlearn.training.slurm import run_error
 
-# (column suffix, table header) of the per-stage metrics table: the model's metrics, the cubic law's, improvement.
-METRIC_COLUMNS = (
-    *((m.name, m.header) for m in metrics.METRICS),
-    *((f"{metrics.BASELINE}{m.name}", f"cubic-law {m.header}") for m in metrics.METRICS),
-    (metrics.IMPROVEMENT, "improvement (%)"),
-)
+# How the trained model is named in the metrics table.
+MODEL_LABEL = "learned"
 # (column, table header) of the sweep table.
 SWEEP_COLUMNS = (
     (metrics.column("val", metrics.MSE), "val MSE"),
     (metrics.column("val", metrics.REL_ERR_MEAN), "val mean error (%)"),
-    (metrics.column("val", metrics.IMPROVEMENT), "val improvement (%)"),
+    (metrics.column("val", metrics.IMPROVEMENT), "val improvement over LCL (%)"),
     (metrics.column("test", metrics.REL_ERR_MEAN), "test mean error (%)"),
-    (metrics.column("test", metrics.REL_ERR_MEAN, baseline=True), "test cubic-law mean error (%)"),
-    (metrics.column("test", metrics.IMPROVEMENT), "test improvement (%)"),
+    (metrics.column("test", metrics.REL_ERR_MEAN, COMPARED), "test LCL mean error (%)"),
+    (metrics.column("test", metrics.IMPROVEMENT), "test improvement over LCL (%)"),
+    (metrics.column("test", metrics.FLOW_RATE_ERR), "test flow-rate error (%)"),
+    (metrics.column("test", metrics.FLOW_RATE_ERR, COMPARED), "test LCL flow-rate error (%)"),
 )
 
 
@@ -49,16 +48,43 @@ def final_metrics(columns: Mapping[str, np.ndarray]) -> dict[str, float]:
     return final
 
 
-def metrics_table(final: Mapping[str, float]) -> str:
-    """A markdown table of :func:`final_metrics`: one row per split that logged metrics."""
+def baseline_label(baseline: Baseline, power_exponent: float = math.nan) -> str:
+    """A baseline's label in tables, with the fitted exponent of ``power`` where known."""
+    if baseline.name == "power" and math.isfinite(power_exponent):
+        return f"{baseline.label} (a = {power_exponent:.3g})"
+    return baseline.label
+
+
+def metrics_table(final: Mapping[str, float], power_exponent: float = math.nan) -> str:
+    """A markdown table of :func:`final_metrics`: per split that logged metrics, a row for the learned model, then
+    one per baseline that logged any; a column per metric of :data:`~flowlearn.training.metrics.METRICS` (– where
+    absent) and the learned model's improvement over the LCL."""
     lines = [
-        "| split | " + " | ".join(header for _, header in METRIC_COLUMNS) + " |",
-        "|---" * (len(METRIC_COLUMNS) + 1) + "|",
+        "| split | model | "
+        + " | ".join(m.header for m in metrics.METRICS)
+        + " | improvement over LCL (%) |",
+        "|---" * (len(metrics.METRICS) + 3) + "|",
     ]
     for stage in metrics.STAGES:
-        if metrics.column(stage, metrics.MSE) in final:
-            values = (final.get(f"{stage}/{name}") for name, _ in METRIC_COLUMNS)
-            lines.append(f"| {stage} | " + " | ".join(_number(v) for v in values) + " |")
+        if metrics.column(stage, metrics.MSE) not in final:
+            continue
+        rows = [(MODEL_LABEL, None)] + [(baseline_label(b, power_exponent), b.name) for b in BASELINES]
+        for label, baseline in rows:
+            values = [final.get(metrics.column(stage, m.name, baseline)) for m in metrics.METRICS]
+            if baseline is not None and all(v is None for v in values):
+                continue
+            gain = final.get(metrics.column(stage, metrics.IMPROVEMENT)) if baseline is None else None
+            lines.append(f"| {stage} | {label} | " + " | ".join(_number(v) for v in [*values, gain]) + " |")
+    return "\n".join(lines)
+
+
+def baselines_note(final: Mapping[str, float]) -> str:
+    """The baselines' formulas, and what the table lacks: flow-rate errors where the data has no flow rates."""
+    lines = [f"- {b.label} (`{b.name}_*`): {b.formula}" for b in BASELINES]
+    if not any(name.endswith(metrics.FLOW_RATE_ERR) for name in final):
+        lines.append(
+            "- no flow-rate errors: the run's fractures carry no reference flow rate (the `flow_rate` attribute)"
+        )
     return "\n".join(lines)
 
 
@@ -129,9 +155,13 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
         "",
         "## Metrics (last logged epoch)",
         "",
-        metrics_table(final),
+        metrics_table(final, fields[0].power_exponent),
         "",
         metrics.IMPROVEMENT_NOTE,
+        "",
+        "Baselines:",
+        "",
+        baselines_note(final),
         "",
         "## Figures",
         "",

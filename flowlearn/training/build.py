@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from flowlearn.data.datamodule import FractureRef
 from flowlearn.data.inputs import DEFAULT_INPUTS
-from flowlearn.errors import ConfigError
+from flowlearn.errors import ConfigError, RunDirectoryError
 from flowlearn.models.correction import PixelCorrection
 from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.training.module import TRAINING_DATA, FractureFlowModule
@@ -65,9 +67,18 @@ def load_run(
         if not needed.exists():
             raise FileNotFoundError(f"{run_dir}: {what} is missing ({needed} does not exist)")
     cfg = OmegaConf.load(config_path)
-    law = instantiate(cfg.law)
+    try:
+        law = instantiate(cfg.law)
+    except InstantiationException as error:
+        raise RunDirectoryError(
+            f"{config_path}: the run's law ({cfg.law.get('_target_')}) does not exist in this flowlearn; runs "
+            "trained with law=cubic or law=transmissivity (now law=ap2, T = Ā·Ap²/12·W, and law=lcl) need training "
+            "again"
+        ) from error
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     state, record = saved["state_dict"], saved.get(TRAINING_DATA, {})
+    # A run trained before the power-law baseline existed carries no exponent: that baseline stays absent.
+    state.setdefault("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
     if get_class(cfg.model._target_) is PixelCorrection:
         shape = tuple(state["correction.raw"].shape)
         correction = instantiate(cfg.model, shape=shape, initial=law.initial_raw)

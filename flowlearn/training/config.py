@@ -175,6 +175,7 @@ def validate_config(cfg: DictConfig) -> None:
         f"model.kernel_size must be a positive odd integer, got {kernel!r}",
     )
     _number(cfg, "law.initial_exponent", -math.inf)
+    _number(cfg, "loss.flow_rate_weight", 0, strict=False)
     # solver
     for key in ("solver.rtol", "solver.reltol"):
         _positive(cfg, key)

@@ -7,7 +7,8 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-from flowlearn.training.metrics import MSE, REL_ERR_MEAN, column
+from flowlearn.models.baselines import COMPARED
+from flowlearn.training.metrics import FLOW_RATE_ERR, MSE, REL_ERR_MEAN, column
 
 
 def quiet_lightning() -> None:
@@ -31,20 +32,20 @@ def quiet_lightning() -> None:
 
 
 def summary(metrics: Mapping[str, float], run_dir: Path) -> str:
-    """One line on what a run achieved: MSE and mean relative error (%) of the model and of the baseline the
-    metrics compare it with, k = Ap^2/12 (W = 1). That is T proportional to Ap^2, the original work's model, not the
-    local cubic law T = Ap^3/12, and the line says so.
+    """One line on what a run achieved: the MSE and mean relative error (%) of the model and of the local cubic law
+    (LCL, T = Ap³/12), and their flow-rate errors (%) where the run logged them.
 
     Uses the test split when the run had one, else validation; e.g.
-    ``done: test MSE 1.2e-04 (Ap^2 law 3.4e-04), mean error 0.71 % (Ap^2 law 1.52 %); outputs in <run_dir>``.
+    ``done: test MSE 1.2e-04 (LCL 3.4e-04), mean error 0.71 % (LCL 1.52 %), flow-rate error 4.1 % (LCL 21 %);
+    outputs in <run_dir>``.
     """
     for stage in ("test", "val"):
-        names = [column(stage, MSE), column(stage, MSE, True), column(stage, REL_ERR_MEAN)]
-        names.append(column(stage, REL_ERR_MEAN, True))
-        if all(name in metrics for name in names):
-            mse, cubic_mse, err, cubic_err = (metrics[name] for name in names)
-            return (
-                f"done: {stage} MSE {mse:.3g} (Ap^2 law {cubic_mse:.3g}), "
-                f"mean error {err:.3g} % (Ap^2 law {cubic_err:.3g} %); outputs in {run_dir}"
-            )
+        pairs = [(column(stage, name), column(stage, name, COMPARED)) for name in (MSE, REL_ERR_MEAN)]
+        if all(model in metrics and baseline in metrics for model, baseline in pairs):
+            (mse, lcl_mse), (err, lcl_err) = ((metrics[m], metrics[b]) for m, b in pairs)
+            line = f"done: {stage} MSE {mse:.3g} (LCL {lcl_mse:.3g}), mean error {err:.3g} % (LCL {lcl_err:.3g} %)"
+            flow, lcl_flow = column(stage, FLOW_RATE_ERR), column(stage, FLOW_RATE_ERR, COMPARED)
+            if flow in metrics and lcl_flow in metrics:
+                line += f", flow-rate error {metrics[flow]:.3g} % (LCL {metrics[lcl_flow]:.3g} %)"
+            return f"{line}; outputs in {run_dir}"
     return f"done: outputs in {run_dir}"

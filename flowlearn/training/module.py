@@ -1,31 +1,44 @@
-"""The LightningModule: aperture -> correction model -> permeability law -> pressure solve -> loss.
+"""The LightningModule: aperture -> correction model -> transmissivity law -> pressure solve -> loss.
 
-Batches come from :class:`flowlearn.data.datamodule.FractureDataModule`: dicts with ``aperture``, ``pressure``, ``active``
-(B, *shape), the correction model's ``inputs`` (B, C, *shape), ``inlet_pressure``/``outlet_pressure`` (B,) and
-``name`` (B strings).
+Batches come from :class:`flowlearn.data.datamodule.FractureDataModule`: dicts with ``aperture``, ``pressure``,
+``active`` (B, *shape), the correction model's ``inputs`` (B, C, *shape), ``inlet_pressure``/``outlet_pressure``,
+``flow_rate``, ``voxel_size`` (B,) and ``name`` (B strings).
 
 Every fracture gets its own :class:`~flowlearn.darcy.DarcyProblem` (its contact spots differ), kept in a small
-LRU cache so that the solver's symbolic analysis and factors are reused when the fracture comes back.
+LRU cache so that the solver's symbolic analysis and factors are reused when the fracture comes back. The problem's
+grid has unit pixel size and unit thickness, so that the outlet flow rate of a law in transmissivity units is in the
+units of the data's ``flow_rate`` (see :mod:`flowlearn.models.laws`).
+
+Beside the learned model, every stage measures the baselines of :mod:`flowlearn.models.baselines`; their metrics
+are computed once per fracture and kept. The ``power`` baseline's exponent is fitted on the training split when
+fitting starts and is stored with the weights (the ``power_exponent`` buffer), so that a resumed run, the test and
+``flowlearn predict`` reuse it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 import lightning as L
 import torch
+from scipy.optimize import minimize_scalar
 from torch import nn
 from torchmetrics import MaxMetric, MeanMetric
 
+from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
+from flowlearn.data.datamodule import FractureDataModule, FractureDataset
 from flowlearn.engines import Engine
 from flowlearn.errors import DivergenceError, SolutionError, SolveInputError
-from flowlearn.models.laws import PermeabilityLaw, cubic_law_log_k
+from flowlearn.models.baselines import BASELINE_NAMES, COMPARED, baseline_log_t
+from flowlearn.models.laws import PermeabilityLaw, power_law_log_t
 from flowlearn.training.metrics import (
-    BASELINE,
     IMPROVEMENT,
     LOSS,
     METRICS,
@@ -33,9 +46,13 @@ from flowlearn.training.metrics import (
     REL_ERR_MEAN,
     STAGES,
     column,
+    fracture_metrics,
     improvement,
-    pixel_errors,
+    metric_name,
+    training_loss,
 )
+
+log = logging.getLogger(__name__)
 
 _REDUCTIONS = {"mean": MeanMetric, "max": MaxMetric}
 # An epoch's mean training loss this many times the lowest so far: the optimiser has been thrown out of the basin
@@ -44,22 +61,32 @@ EXPLODING_LOSS = 1e3
 # Checkpoint key of what a trained model needs to know of its data: the names of its input channels (``inputs``)
 # and the [min, max] of each aperture statistic over the training split (``statistics``).
 TRAINING_DATA = "training_data"
+# The range searched for the ``power`` baseline's exponent a (T ∝ Ap^a; 3 is the LCL), and the search's tolerance.
+POWER_EXPONENT_BOUNDS = (0.0, 6.0)
+POWER_EXPONENT_TOLERANCE = 0.01
+
+
+def as_batch(item: dict) -> dict:
+    """A batch of one from a :class:`~flowlearn.data.datamodule.FractureDataset` item."""
+    return {k: [v] if isinstance(v, str) else v.unsqueeze(0) for k, v in item.items()}
 
 
 class FractureFlowModule(L.LightningModule):
-    """Trains a correction model through the Darcy pressure solve against reference (LBM) pressure fields.
+    """Trains a correction model through the Darcy pressure solve against reference (LBM) pressures and flow rates.
 
     Args:
         correction: Module mapping the batch's ``inputs`` (B, C, *shape) to the raw correction (B, *shape); its
             ``inputs`` attribute names the channels it reads.
-        law: Permeability law turning log-aperture and raw correction into log-conductivity.
+        law: Transmissivity law turning log-aperture and raw correction into log-conductivity.
         solver: What ``solve_pressure`` takes as ``solver`` (an engine name or an engine).
         optimizer: Factory ``optimizer(parameters) -> torch.optim.Optimizer`` (a Hydra ``_partial_``).
         cache_size: Fractures whose problems (and so engine factors) are kept between visits.
         training_statistics: [min, max] of each aperture statistic over the training split
             (:mod:`flowlearn.data.statistics`), kept in checkpoints with the correction's inputs.
+        flow_rate_weight: Weight of the flow-rate term of the loss (:func:`~flowlearn.training.metrics.training_loss`);
+            0 trains on pressures alone.
 
-    Logged per stage: the metrics of :mod:`flowlearn.training.metrics`, for the model and for the plain law.
+    Logged per stage: the metrics of :mod:`flowlearn.training.metrics`, for the model and for every baseline.
     """
 
     def __init__(
@@ -70,6 +97,7 @@ class FractureFlowModule(L.LightningModule):
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
         cache_size: int = 64,
         training_statistics: dict[str, list[float]] | None = None,
+        flow_rate_weight: float = 0.0,
     ) -> None:
         super().__init__()
         self.correction = correction
@@ -78,8 +106,12 @@ class FractureFlowModule(L.LightningModule):
         self.optimizer_factory = optimizer or (lambda params: torch.optim.Adam(params, lr=1e-3))
         self.cache_size = cache_size
         self.training_statistics = training_statistics or {}
+        self.flow_rate_weight = float(flow_rate_weight)
+        # The ``power`` baseline's exponent, NaN until fitted; a buffer, so that checkpoints carry it.
+        self.register_buffer("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
         self._problems: OrderedDict[str, DarcyProblem] = OrderedDict()
-        self._cubic: OrderedDict[str, torch.Tensor] = OrderedDict()
+        # Per fracture (problem key), per baseline, per metric: the value, computed once (a few floats each).
+        self._baseline_metrics: dict[str, dict[str, dict[str, float]]] = {}
         # Training loss of the current epoch (summed over fractures) and the lowest epoch mean so far.
         self._epoch_losses: list[float] = []
         self._epoch_fractures = 0
@@ -89,8 +121,10 @@ class FractureFlowModule(L.LightningModule):
             {
                 f"{stage}_metrics": nn.ModuleDict(
                     {
-                        f"{prefix}{metric.name}": _REDUCTIONS[metric.reduce]().set_dtype(torch.float64)
-                        for prefix in ("", BASELINE)
+                        metric_name(metric.name, baseline): _REDUCTIONS[metric.reduce]().set_dtype(
+                            torch.float64
+                        )
+                        for baseline in (None, *BASELINE_NAMES)
                         for metric in METRICS
                     }
                 )
@@ -109,27 +143,36 @@ class FractureFlowModule(L.LightningModule):
 
     # -- the forward model -------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _problem_key(name: str, inlet: float, outlet: float) -> str:
+        return f"{name}|{inlet:.17g}|{outlet:.17g}"
+
     def problem(self, name: str, active: torch.Tensor, inlet: float, outlet: float) -> DarcyProblem:
-        """The fracture setup of one fracture: inlet head on the first column, outlet head on the last."""
-        key = f"{name}|{inlet:.17g}|{outlet:.17g}"
+        """The fracture setup of one fracture: inlet head on the first column, outlet head on the last, on a grid of
+        unit pixel size and thickness (flow rates in the data's units)."""
+        key = self._problem_key(name, inlet, outlet)
         if key not in self._problems:
             mask = active.detach().cpu().numpy()
             self._problems[key] = DarcyProblem.fracture(
-                tuple(mask.shape), inlet=inlet, outlet=outlet, active=mask, drop_unconnected=True
+                tuple(mask.shape),
+                inlet=inlet,
+                outlet=outlet,
+                active=mask,
+                pixel_size=1.0,
+                thickness=1.0,
+                drop_unconnected=True,
             )
             while len(self._problems) > self.cache_size:
                 self._problems.popitem(last=False)
         self._problems.move_to_end(key)
         return self._problems[key]
 
+    def _heads(self, batch: dict, index: int) -> tuple[float, float]:
+        return float(batch["inlet_pressure"][index]), float(batch["outlet_pressure"][index])
+
     def _problems_of(self, batch: dict) -> list[DarcyProblem]:
         return [
-            self.problem(
-                name,
-                batch["active"][i],
-                float(batch["inlet_pressure"][i]),
-                float(batch["outlet_pressure"][i]),
-            )
+            self.problem(name, batch["active"][i], *self._heads(batch, i))
             for i, name in enumerate(batch["name"])
         ]
 
@@ -142,49 +185,146 @@ class FractureFlowModule(L.LightningModule):
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
         """Predicted fields for a batch: ``raw``, ``correction`` (W, or w for the exponent law), ``log_k`` and
-        ``pressure`` (NaN where a fracture is inactive), all float64 (B, *shape)."""
+        ``pressure`` (NaN where a fracture is inactive), all float64 (B, *shape), and ``flow_rate`` (B,) float64, the
+        outlet flow rate (NaN for a law without flow-rate units)."""
         log_aperture = self.log_aperture(batch)
         raw = self.correction(batch["inputs"])
-        log_k = self.law.log_k(log_aperture, raw)
+        log_k = self.law.log_k(log_aperture, raw, batch["active"])
         problems = self._problems_of(batch)
         pressure = torch.stack(
             [solve_pressure(log_k[i], problem, solver=self.solver) for i, problem in enumerate(problems)]
         )
-        return {"raw": raw, "correction": self.law.correction(raw), "log_k": log_k, "pressure": pressure}
+        if self.law.has_flow_units:
+            flow_rate = torch.stack(
+                [outlet_flow_rate(log_k[i], pressure[i], problem) for i, problem in enumerate(problems)]
+            )
+        else:
+            flow_rate = torch.full((len(problems),), math.nan, dtype=torch.float64, device=pressure.device)
+        return {
+            "raw": raw,
+            "correction": self.law.correction(raw),
+            "log_k": log_k,
+            "pressure": pressure,
+            "flow_rate": flow_rate,
+        }
 
-    def cubic_pressure(self, batch: dict) -> torch.Tensor:
-        """Pressure of the plain cubic law (W = 1) for each fracture of the batch (cached per fracture)."""
-        out = []
-        log_k = cubic_law_log_k(self.log_aperture(batch))
-        for i, problem in enumerate(self._problems_of(batch)):
-            name = batch["name"][i]
-            if name not in self._cubic:
-                with torch.no_grad():
-                    self._cubic[name] = solve_pressure(log_k[i], problem, solver=self.solver)
-                while len(self._cubic) > self.cache_size:
-                    self._cubic.popitem(last=False)
-            out.append(self._cubic[name])
-        return torch.stack(out)
+    @torch.no_grad()
+    def baseline_solutions(self, batch: dict, index: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Pressure (*shape, float64, NaN where inactive) and outlet flow rate (0-d float64) of every baseline that
+        applies to fracture ``index`` of the batch, by baseline name (``power`` is absent before its exponent is
+        fitted, ``wedge`` where the voxel size is unknown)."""
+        log_aperture = self.log_aperture(batch)[index : index + 1]
+        active = batch["active"][index : index + 1]
+        pixel_size = batch["voxel_size"][index : index + 1].to(torch.float64)
+        problem = self.problem(batch["name"][index], batch["active"][index], *self._heads(batch, index))
+        solutions = {}
+        for name in BASELINE_NAMES:
+            log_t = baseline_log_t(name, log_aperture, active, pixel_size, float(self.power_exponent))
+            if log_t is not None:
+                pressure = solve_pressure(log_t[0], problem, solver=self.solver)
+                solutions[name] = (pressure, outlet_flow_rate(log_t[0], pressure, problem))
+        return solutions
+
+    def _baseline_metrics_of(
+        self, batch: dict, index: int, free: torch.Tensor
+    ) -> dict[str, dict[str, float]]:
+        """The metrics of each baseline on fracture ``index`` (``free``: its compared pixels), computed once."""
+        key = self._problem_key(batch["name"][index], *self._heads(batch, index))
+        if key not in self._baseline_metrics:
+            reference = batch["pressure"][index : index + 1].to(torch.float64)
+            heads = (batch["inlet_pressure"][index : index + 1], batch["outlet_pressure"][index : index + 1])
+            self._baseline_metrics[key] = {
+                name: {
+                    metric: float(value[0])
+                    for metric, value in fracture_metrics(
+                        pressure.unsqueeze(0),
+                        reference,
+                        free.unsqueeze(0),
+                        *heads,
+                        flow_rate.view(1),
+                        batch["flow_rate"][index : index + 1].to(torch.float64),
+                    ).items()
+                }
+                for name, (pressure, flow_rate) in self.baseline_solutions(batch, index).items()
+            }
+        return self._baseline_metrics[key]
+
+    # -- the power-law baseline ----------------------------------------------------------------------------------
+
+    def set_power_exponent(self, exponent: float) -> None:
+        """Set the ``power`` baseline's exponent (its metrics are computed afresh)."""
+        self.power_exponent.fill_(exponent)
+        self._baseline_metrics.clear()
+
+    @torch.no_grad()
+    def fit_power_exponent(self, dataset: FractureDataset) -> float:
+        """The exponent a of T ∝ Ap^a that minimises the mean pressure MSE (the metric's, over the compared pixels)
+        over the fractures of ``dataset``: a bounded Brent search in :data:`POWER_EXPONENT_BOUNDS` to
+        :data:`POWER_EXPONENT_TOLERANCE`. The fractures are read again at every trial exponent, so that memory
+        stays that of one fracture."""
+
+        def mean_mse(exponent: float) -> float:
+            total = 0.0
+            for index in range(len(dataset)):
+                batch = as_batch(dataset[index])
+                (problem,) = self._problems_of(batch)
+                log_t = power_law_log_t(self.log_aperture(batch), batch["active"], exponent)
+                pressure = solve_pressure(log_t[0], problem, solver=self.solver).unsqueeze(0)
+                free = torch.from_numpy(problem.free).unsqueeze(0).to(pressure.device)
+                nan = torch.full((1,), math.nan, dtype=torch.float64)
+                heads = (batch["inlet_pressure"], batch["outlet_pressure"])
+                reference = batch["pressure"].to(torch.float64)
+                total += float(fracture_metrics(pressure, reference, free, *heads, nan, nan)[MSE][0])
+            return total / len(dataset)
+
+        result = minimize_scalar(
+            mean_mse,
+            bounds=POWER_EXPONENT_BOUNDS,
+            method="bounded",
+            options={"xatol": POWER_EXPONENT_TOLERANCE},
+        )
+        return float(result.x)
+
+    def on_fit_start(self) -> None:
+        """Fit the ``power`` baseline's exponent on the training split, unless the weights (a resumed checkpoint)
+        already carry it. The global-zero process fits and the others receive its value."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if torch.isfinite(self.power_exponent) or not isinstance(datamodule, FractureDataModule):
+            return
+        train = datamodule.splits["train"]
+        exponent = math.nan
+        if self.trainer.is_global_zero and len(train):
+            begin = time.perf_counter()
+            exponent = self.fit_power_exponent(train)
+            log.info(
+                f"power-law baseline: T ∝ Ap^{exponent:.3g}, fitted on the {len(train)} training fracture(s) in "
+                f"{time.perf_counter() - begin:.2g} s"
+            )
+        self.set_power_exponent(self.trainer.strategy.broadcast(exponent, src=0))
 
     # -- steps -------------------------------------------------------------------------------------------------
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         problems = self._problems_of(batch)
         try:
-            predicted = self(batch)["pressure"]
+            fields = self(batch)
         except (SolveInputError, SolutionError) as error:
             # Non-finite or float64-breaking conductivities: from the data before any step, else from training.
             if not self.global_step:
                 raise
             raise self._diverged(f"the model's conductivities broke the solve: {error}") from error
+        predicted = fields["pressure"]
         reference = batch["pressure"].to(torch.float64)
+        reference_flow_rate = batch["flow_rate"].to(torch.float64)
         active, free = (
             torch.stack([torch.from_numpy(getattr(p, mask)) for p in problems]).to(reference.device)
             for mask in ("active", "free")
         )
-        # The loss is the original work's, over every active pixel; the metrics leave out the fixed heads of the
-        # inlet and outlet columns, which no model changes.
-        loss = pixel_errors(predicted, reference, active)[MSE].mean()
+        # The pressure term is the original work's, over every active pixel; the metrics leave out the fixed heads
+        # of the inlet and outlet columns, which no model changes.
+        loss = training_loss(
+            predicted, reference, active, fields["flow_rate"], reference_flow_rate, self.flow_rate_weight
+        )
         if not torch.isfinite(loss):
             if self.global_step:
                 raise self._diverged(f"the {stage} loss is {float(loss)}")
@@ -192,13 +332,20 @@ class FractureFlowModule(L.LightningModule):
                 f"non-finite {stage} loss before training, fractures {list(batch['name'])}: check the aperture "
                 "and pressure fields of these fractures"
             )
-        with torch.no_grad():
-            errors = pixel_errors(predicted, reference, free)
-            baseline = pixel_errors(self.cubic_pressure(batch), reference, free)
         metrics = self.metrics[f"{stage}_metrics"]
-        for name in errors:
-            metrics[name].update(errors[name])
-            metrics[f"{BASELINE}{name}"].update(baseline[name])
+        heads = (batch["inlet_pressure"], batch["outlet_pressure"])
+        with torch.no_grad():
+            errors = fracture_metrics(
+                predicted, reference, free, *heads, fields["flow_rate"].detach(), reference_flow_rate
+            )
+            for name, values in errors.items():
+                _update(metrics[metric_name(name)], values)
+            for index in range(len(problems)):
+                for baseline, values in self._baseline_metrics_of(batch, index, free[index]).items():
+                    for name, value in values.items():
+                        _update(
+                            metrics[metric_name(name, baseline)], torch.tensor([value], dtype=torch.float64)
+                        )
         if stage == "train":
             batch_size = len(batch["name"])
             self._epoch_losses.append(float(loss.detach()) * batch_size)
@@ -232,10 +379,15 @@ class FractureFlowModule(L.LightningModule):
         metrics = self.metrics[f"{stage}_metrics"]
         if metrics[MSE].update_count == 0:
             return
-        values = {name: metric.compute() for name, metric in metrics.items()}
-        values[IMPROVEMENT] = improvement(values[REL_ERR_MEAN], values[f"{BASELINE}{REL_ERR_MEAN}"])
+        # Every process computes every metric (the computation is collective under DDP); a metric that no fracture
+        # of the stage has (a flow rate, a baseline that does not apply) comes out NaN or -inf and is not logged.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"The ``compute`` method of metric")
+            values = {name: metric.compute() for name, metric in metrics.items()}
+        values[IMPROVEMENT] = improvement(values[REL_ERR_MEAN], values[metric_name(REL_ERR_MEAN, COMPARED)])
         for name, value in values.items():
-            self.log(f"{stage}/{name}", value, prog_bar=column(stage, name) == column("val", MSE))
+            if torch.isfinite(value):
+                self.log(f"{stage}/{name}", value, prog_bar=column(stage, name) == column("val", MSE))
         for metric in metrics.values():
             metric.reset()
 
@@ -257,3 +409,10 @@ class FractureFlowModule(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test")
+
+
+def _update(metric: MeanMetric | MaxMetric, values: torch.Tensor) -> None:
+    """Add the finite ``values`` (B,) of a metric; NaN marks a fracture that does not have it."""
+    finite = values[torch.isfinite(values)]
+    if finite.numel():
+        metric.update(finite)

@@ -1,16 +1,21 @@
-"""``predictions.h5``: the fields a trained model predicts, per fracture. Its schema, writer and reader.
+"""``predictions.h5``: the fields a trained model predicts, per fracture, beside its baselines'. Schema, writer and
+reader.
 
 One group per fracture (named like the input, ``<file stem>/<group>`` flattened to ``<file stem>__<group>``), each
-with datasets shaped like the aperture map (:data:`FIELD_NAMES`; float64 but ``active``):
+with datasets shaped like the aperture map (float64 but ``active``):
 
 - ``aperture`` (m), ``active`` (bool);
-- ``correction``: the learned W (cubic and transmissivity laws) or exponent w (exponent law);
+- ``correction``: the learned W (laws ``lcl`` and ``ap2``) or exponent w (law ``exponent``);
 - ``log_k``: natural log of the conductivity the solve used;
-- ``pressure``: predicted pressure (NaN at inactive pixels), ``pressure_cubic``: the plain cubic law's;
+- ``pressure``: the model's pressure (NaN at inactive pixels);
+- ``pressure_<baseline>``: each baseline's (:mod:`flowlearn.models.baselines`), for the baselines that apply;
 - ``pressure_reference``: the reference (LBM) pressure of the input, absent where the input has none;
 
-and attributes ``law``, ``correction_name``, ``split`` (train/val/test, or ``predict``) and ``voxel_size`` (metres
-per pixel, NaN when the input does not say). Files are written atomically.
+and attributes ``law``, ``correction_name``, ``split`` (train/val/test, or ``predict``), ``voxel_size`` (metres per
+pixel, NaN when the input does not say), ``power_exponent`` (the ``power`` baseline's a, NaN when none was fitted),
+``flow_rate`` (the model's outlet flow rate, NaN for a law without flow-rate units), ``flow_rate_<baseline>`` and
+``flow_rate_reference`` (NaN where the input has none); flow rates in the units of the data's ``flow_rate`` for the
+heads of the pressures. Files are written atomically.
 """
 
 from __future__ import annotations
@@ -24,40 +29,40 @@ import h5py
 import numpy as np
 import torch
 
-from flowlearn.data.datamodule import FractureDataset, FractureRef
-from flowlearn.data.schema import atomic_hdf5, open_file, read_fracture
-from flowlearn.training.module import FractureFlowModule
+from flowlearn.data.datamodule import FractureDataset
+from flowlearn.data.schema import atomic_hdf5, open_file
+from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
+from flowlearn.training.module import FractureFlowModule, as_batch
 
-FIELD_NAMES = (
-    "aperture",
-    "active",
-    "correction",
-    "log_k",
-    "pressure",
-    "pressure_cubic",
-    "pressure_reference",
-)
+FIELD_NAMES = ("aperture", "active", "correction", "log_k", "pressure", "pressure_reference")
+BASELINE_PREFIX = "pressure_"
+FLOW_RATE_PREFIX = "flow_rate_"
 
 
 @dataclass(frozen=True)
 class FractureFields:
-    """The fields of one fracture as a trained model predicts them (one group of ``predictions.h5``).
+    """The fields of one fracture as a trained model and the baselines predict them (one group of
+    ``predictions.h5``).
 
     Arrays are (H, W) or (D, H, W); floats are float64.
 
     Attributes:
         name: fracture key, e.g. ``"fractures__fracture_003"``.
         split: ``train``, ``val``, ``test`` or ``predict``.
-        law: permeability law name (``cubic``, ``transmissivity``, ``exponent``).
-        correction_name: ``"W"`` (k = law(Ap)·W) or ``"w"`` (the exponent law's K = Ap^(2·relu(w))).
+        law: the law's name (``lcl``, ``ap2``, ``exponent``).
+        correction_name: ``"W"`` (T = law(Ap)·W) or ``"w"`` (the exponent law's K = Ap^(2·relu(w))).
         voxel_size: metres per pixel, NaN when unknown.
         aperture: aperture map (m, or the source's unit when ``voxel_size`` is NaN).
         active: bool, pixels that carry flow.
         correction: the learned W or w.
         log_k: natural log of the conductivity the solve used.
-        pressure: learned-model pressure, NaN where no flow was solved.
-        pressure_cubic: plain cubic-law pressure (W = 1).
+        pressure: the model's pressure, NaN where no flow was solved.
         pressure_reference: reference (LBM) pressure, None where the input had none (an aperture map to predict on).
+        baseline_pressures: each applicable baseline's pressure, by baseline name.
+        flow_rate: the model's outlet flow rate, NaN for a law without flow-rate units.
+        flow_rate_reference: the reference flow rate, NaN where the input has none.
+        baseline_flow_rates: each applicable baseline's outlet flow rate, by baseline name.
+        power_exponent: the ``power`` baseline's exponent a, NaN when none was fitted.
     """
 
     name: str
@@ -70,13 +75,23 @@ class FractureFields:
     correction: np.ndarray
     log_k: np.ndarray
     pressure: np.ndarray
-    pressure_cubic: np.ndarray
     pressure_reference: np.ndarray | None
+    baseline_pressures: dict[str, np.ndarray]
+    flow_rate: float
+    flow_rate_reference: float
+    baseline_flow_rates: dict[str, float]
+    power_exponent: float
+
+    @property
+    def pressure_compared(self) -> np.ndarray:
+        """The pressure of the baseline figures show beside the model's: the LCL's."""
+        return self.baseline_pressures[COMPARED]
 
     @property
     def solved(self) -> np.ndarray:
-        """bool mask of the pixels where both solves produced a pressure: active and connected to a face."""
-        return self.active & np.isfinite(self.pressure) & np.isfinite(self.pressure_cubic)
+        """bool mask of the pixels where the model's and the LCL's solves produced a pressure: active and
+        connected to a face."""
+        return self.active & np.isfinite(self.pressure) & np.isfinite(self.pressure_compared)
 
     @property
     def compared(self) -> np.ndarray:
@@ -92,42 +107,39 @@ def group_name(key: str) -> str:
     return key.replace("/", "__")
 
 
-def _voxel_size(ref: FractureRef) -> float:
-    """Metres per pixel of a fracture, NaN when its file does not say (the original layout)."""
-    return read_fracture(ref.path, ref.name, validate=False).voxel_size
-
-
-def _as_batch(item: dict) -> dict:
-    return {k: [v] if isinstance(v, str) else v.unsqueeze(0) for k, v in item.items()}
+def _numpy(value: torch.Tensor) -> np.ndarray:
+    array = value.detach().cpu().numpy()
+    return array if array.dtype == bool else array.astype(np.float64)
 
 
 @torch.no_grad()
 def predict_fields(
     module: FractureFlowModule, dataset: FractureDataset, index: int, split: str
 ) -> FractureFields:
-    """The fields of fracture ``index`` of ``dataset`` under ``module`` (in eval mode or not, as it is)."""
+    """The fields of fracture ``index`` of ``dataset`` under ``module`` (in eval mode or not, as it is), with every
+    applicable baseline's."""
     item = dataset[index]
-    batch = _as_batch(item)
+    batch = as_batch(item)
     fields = module(batch)
-    data = {
-        "aperture": batch["aperture"][0],
-        "active": batch["active"][0],
-        "correction": fields["correction"][0],
-        "log_k": fields["log_k"][0],
-        "pressure": fields["pressure"][0],
-        "pressure_cubic": module.cubic_pressure(batch)[0],
-    }
-    if "pressure" in batch:
-        data["pressure_reference"] = batch["pressure"][0]
-    arrays = {name: value.detach().cpu().numpy() for name, value in data.items()}
+    baselines = module.baseline_solutions(batch, 0)
+    reference = batch.get("pressure")
     return FractureFields(
         name=group_name(item["name"]),
         split=split,
         law=module.law.name,
         correction_name=module.law.correction_name,
-        voxel_size=_voxel_size(dataset.refs[index]),
-        pressure_reference=arrays.pop("pressure_reference", None),
-        **{name: a if a.dtype == bool else a.astype(np.float64) for name, a in arrays.items()},
+        voxel_size=float(item["voxel_size"]),
+        aperture=_numpy(batch["aperture"][0]),
+        active=_numpy(batch["active"][0]),
+        correction=_numpy(fields["correction"][0]),
+        log_k=_numpy(fields["log_k"][0]),
+        pressure=_numpy(fields["pressure"][0]),
+        pressure_reference=None if reference is None else _numpy(reference[0]),
+        baseline_pressures={name: _numpy(pressure) for name, (pressure, _) in baselines.items()},
+        flow_rate=float(fields["flow_rate"][0]),
+        flow_rate_reference=float(item["flow_rate"]),
+        baseline_flow_rates={name: float(flow_rate) for name, (_, flow_rate) in baselines.items()},
+        power_exponent=float(module.power_exponent),
     )
 
 
@@ -160,30 +172,41 @@ def _write_group(out: h5py.File, fields: FractureFields) -> None:
             "correction_name": fields.correction_name,
             "split": fields.split,
             "voxel_size": fields.voxel_size,
+            "power_exponent": fields.power_exponent,
+            "flow_rate": fields.flow_rate,
+            "flow_rate_reference": fields.flow_rate_reference,
+            **{f"{FLOW_RATE_PREFIX}{name}": rate for name, rate in fields.baseline_flow_rates.items()},
         }
     )
     for name in FIELD_NAMES:
         if getattr(fields, name) is not None:
             group.create_dataset(name, data=getattr(fields, name))
+    for name, pressure in fields.baseline_pressures.items():
+        group.create_dataset(f"{BASELINE_PREFIX}{name}", data=pressure)
 
 
 def read_predictions(path: str | Path) -> list[FractureFields]:
-    """Every fracture of a ``predictions.h5`` file, in group order.
-
-    Files written before the ``voxel_size`` attribute existed read as NaN (unknown voxel size).
-    """
+    """Every fracture of a ``predictions.h5`` file, in group order."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no predictions file {path}")
     with open_file(path) as f:
-        return [
-            FractureFields(
-                name=name,
-                split=str(group.attrs["split"]),
-                law=str(group.attrs["law"]),
-                correction_name=str(group.attrs["correction_name"]),
-                voxel_size=float(group.attrs.get("voxel_size", math.nan)),
-                **{field: group[field][()] if field in group else None for field in FIELD_NAMES},
-            )
-            for name, group in f.items()
-        ]
+        return [_read_group(name, group) for name, group in f.items()]
+
+
+def _read_group(name: str, group: h5py.Group) -> FractureFields:
+    attrs = group.attrs
+    present = [b for b in BASELINE_NAMES if f"{BASELINE_PREFIX}{b}" in group]
+    return FractureFields(
+        name=name,
+        split=str(attrs["split"]),
+        law=str(attrs["law"]),
+        correction_name=str(attrs["correction_name"]),
+        voxel_size=float(attrs.get("voxel_size", math.nan)),
+        **{field: group[field][()] if field in group else None for field in FIELD_NAMES},
+        baseline_pressures={b: group[f"{BASELINE_PREFIX}{b}"][()] for b in present},
+        flow_rate=float(attrs.get("flow_rate", math.nan)),
+        flow_rate_reference=float(attrs.get("flow_rate_reference", math.nan)),
+        baseline_flow_rates={b: float(attrs.get(f"{FLOW_RATE_PREFIX}{b}", math.nan)) for b in present},
+        power_exponent=float(attrs.get("power_exponent", math.nan)),
+    )

@@ -4,8 +4,8 @@ Outputs, in the run directory (Hydra's output directory):
 
 - ``checkpoints/last.ckpt`` and ``checkpoints/best-*.ckpt``;
 - ``metrics.csv`` (or TensorBoard event files with ``logger=tensorboard``);
-- ``predictions.h5``: per fracture, the aperture, the learned correction, log k, the predicted and cubic-law
-  pressure and the reference pressure (see :mod:`flowlearn.training.predictions`);
+- ``predictions.h5``: per fracture, the aperture, the learned correction, log k, the predicted, baseline and
+  reference pressures and flow rates (see :mod:`flowlearn.training.predictions`);
 - ``.hydra/config.yaml``: the resolved config, from which ``flowlearn predict`` rebuilds the model.
 """
 
@@ -21,10 +21,12 @@ from hydra.utils import instantiate, to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from flowlearn.data.datamodule import FractureDataset
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, statistic_ranges
 from flowlearn.errors import USER_ERRORS, ConfigError
+from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.training.build import build_correction, model_inputs
 from flowlearn.training.checkpoints import prepare_outputs
 from flowlearn.training.config import exit_with_user_error, validate_config
@@ -33,6 +35,12 @@ from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import write_predictions
 
 log = logging.getLogger(__name__)
+
+# The flow-rate weight of ``loss.flow_rate_weight: null`` where the training data has flow rates (see
+# configs/train.yaml for the reasoning).
+DEFAULT_FLOW_RATE_WEIGHT = 0.01
+# Fractures named in the error of a flow-rate loss asked for on data without flow rates.
+_LISTED_FRACTURES = 3
 
 
 def run(cfg: DictConfig) -> float | None:
@@ -97,6 +105,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         )
 
     law = instantiate(cfg.law)
+    weight = flow_rate_weight(OmegaConf.select(cfg, "loss.flow_rate_weight"), law, datamodule.splits["train"])
     train_refs = datamodule.splits["train"].refs
     correction = build_correction(cfg.model, law, train_refs)
     solver = instantiate(cfg.solver)  # a missing backend (Julia, GPU) fails here, before any training
@@ -104,7 +113,12 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         aperture_statistics(read_fracture(ref.path, ref.name, validate=False)) for ref in train_refs
     )
     module = FractureFlowModule(
-        correction, law, solver, optimizer=instantiate(cfg.optimizer), training_statistics=statistics
+        correction,
+        law,
+        solver,
+        optimizer=instantiate(cfg.optimizer),
+        training_statistics=statistics,
+        flow_rate_weight=weight,
     )
 
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
@@ -121,3 +135,35 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         write_predictions(module, datamodule.splits.items(), run_dir / "predictions.h5")
         log.info(summary(metrics, run_dir))
     return metrics
+
+
+def flow_rate_weight(setting: float | None, law: PermeabilityLaw, train: FractureDataset) -> float:
+    """The weight of the loss's flow-rate term from ``loss.flow_rate_weight``.
+
+    ``None`` gives :data:`DEFAULT_FLOW_RATE_WEIGHT` where the law has flow-rate units and every training fracture
+    has a reference flow rate, else 0, and logs which. A weight > 0 that cannot apply raises :class:`ConfigError`.
+    """
+    if setting == 0:
+        return 0.0
+    items = (train[index] for index in range(len(train)))
+    missing = [item["name"] for item in items if not torch.isfinite(item["flow_rate"])]
+    problem = None
+    if not law.has_flow_units:
+        problem = f"law={law.name}'s conductivity has no flow-rate units (use law=lcl or law=ap2)"
+    elif missing:
+        listed = ", ".join(missing[:_LISTED_FRACTURES]) + (
+            ", ..." if len(missing) > _LISTED_FRACTURES else ""
+        )
+        problem = (
+            f"{len(missing)} of the {len(train)} training fractures have no reference flow rate ({listed}; the "
+            "'flow_rate' attribute)"
+        )
+    if setting is None:
+        weight = 0.0 if problem else DEFAULT_FLOW_RATE_WEIGHT
+        log.info(f"loss: flow_rate_weight = {weight:g}" + (f": {problem}" if problem else ""))
+        return weight
+    if problem:
+        raise ConfigError(
+            f"loss.flow_rate_weight={setting:g} trains on flow rates, but {problem}: set loss.flow_rate_weight=0"
+        )
+    return float(setting)

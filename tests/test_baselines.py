@@ -1,0 +1,303 @@
+"""Baselines, discriminating metrics and the flow-rate loss, against analytic solutions and finite differences."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_train import run_train
+
+from flowlearn import DarcyProblem, solve_pressure
+from flowlearn.darcy.flux import outlet_flow_rate
+from flowlearn.data.datamodule import FractureDataset, find_fractures
+from flowlearn.data.departure import lcl_flow_rate
+from flowlearn.data.roughness import RoughnessParams, rough_fracture
+from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.models import CNNCorrection, LocalCubicLaw
+from flowlearn.models.baselines import BASELINE_NAMES, WEDGE_SERIES_BELOW, baseline_log_t, wedge_factor
+from flowlearn.models.laws import ApSquaredLaw, ExponentLaw, power_law_log_t
+from flowlearn.reporting.report import final_metrics
+from flowlearn.reporting.runs import read_metrics
+from flowlearn.training.console import summary
+from flowlearn.training.metrics import (
+    DEPARTURE_ERR,
+    FLOW_RATE_ERR,
+    MSE,
+    fracture_metrics,
+    linear_profile,
+    training_loss,
+)
+from flowlearn.training.module import FractureFlowModule, as_batch
+
+VOXEL_SIZE = 1e-5
+PIXEL = torch.tensor([VOXEL_SIZE], dtype=torch.float64)
+
+
+def _rough_aperture(shape: tuple[int, int], seed: int, mean_aperture: float = 3.0) -> np.ndarray:
+    params = RoughnessParams(
+        shape, hurst=0.8, rms=1.0, mean_aperture=mean_aperture, mismatch_length=16.0, seed=seed
+    )
+    return rough_fracture(params).aperture * VOXEL_SIZE
+
+
+def _module(law=None) -> FractureFlowModule:
+    # An untrained CNN returns exactly its initial raw value: W = 1, the plain law.
+    return FractureFlowModule(CNNCorrection(dim=2, channels=2, depth=1), law or LocalCubicLaw())
+
+
+def _heads(count: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.full((count,), 2.0, dtype=torch.float64), torch.full((count,), 1.0, dtype=torch.float64)
+
+
+def test_on_parallel_plates_every_baseline_gives_the_straight_line_and_the_cubic_law_flow_rate():
+    # A uniform gap b between parallel plates, H rows by W columns of unit pixels and unit thickness: Darcy's law
+    # over the W - 1 node spacings gives Q = H · T · Δh / (W - 1), with T = b³/12 for the cubic law.
+    height, width, gap = 5, 9, 4e-5
+    aperture = np.full((height, width), gap)
+    problem = DarcyProblem.fracture((height, width), pixel_size=1.0, thickness=1.0)
+    expected_q = height * gap**3 / 12 * (2.0 - 1.0) / (width - 1)
+    log_aperture = torch.log(torch.from_numpy(aperture)).unsqueeze(0)
+    active = torch.ones_like(log_aperture, dtype=torch.bool)
+    line = linear_profile(log_aperture, *_heads())[0]
+    for name in BASELINE_NAMES:
+        log_t = baseline_log_t(name, log_aperture, active, PIXEL, power_exponent=1.7)
+        pressure = solve_pressure(log_t[0], problem)
+        torch.testing.assert_close(pressure, line, rtol=0, atol=1e-12, msg=name)
+        q = float(outlet_flow_rate(log_t[0], pressure, problem))
+        assert q == pytest.approx(expected_q, rel=1e-12), name
+    # The data's LCL flow rate is in the same units.
+    assert lcl_flow_rate(Fracture("plates", aperture, None)) == pytest.approx(expected_q, rel=1e-12)
+
+
+def test_straight_line_departure_error_is_exactly_one_and_a_perfect_model_zero():
+    shape = (6, 10)
+    rng = np.random.default_rng(0)
+    line = linear_profile(torch.zeros(1, *shape, dtype=torch.float64), *_heads())
+    reference = line + torch.from_numpy(0.01 * rng.standard_normal((1, *shape)))
+    mask = torch.ones(1, *shape, dtype=torch.bool)
+    mask[..., [0, -1]] = False
+    q = torch.tensor([2.0], dtype=torch.float64)
+    straight = fracture_metrics(line, reference, mask, *_heads(), 1.1 * q, q)
+    assert float(straight[DEPARTURE_ERR][0]) == pytest.approx(1.0, rel=1e-14)
+    assert float(straight[FLOW_RATE_ERR][0]) == pytest.approx(10.0, rel=1e-12)
+    perfect = fracture_metrics(reference, reference, mask, *_heads(), q, q)
+    assert float(perfect[DEPARTURE_ERR][0]) == 0.0 and float(perfect[MSE][0]) == 0.0
+    # Twice the departure overshoots by the departure itself: 1 again; a model worse than the line scores above 1.
+    doubled = fracture_metrics(2 * reference - line, reference, mask, *_heads(), q, q)
+    assert float(doubled[DEPARTURE_ERR][0]) == pytest.approx(1.0, rel=1e-12)
+    # No reference flow rate, or a reference that is the straight line itself: those metrics are absent.
+    absent = fracture_metrics(
+        reference, line, mask, *_heads(), q, torch.tensor([math.nan], dtype=torch.float64)
+    )
+    assert math.isnan(float(absent[FLOW_RATE_ERR][0])) and math.isnan(float(absent[DEPARTURE_ERR][0]))
+
+
+def test_laws_and_baselines_carry_their_constant_factors():
+    aperture = torch.from_numpy(_rough_aperture((8, 12), seed=1)).unsqueeze(0)
+    active = aperture > 0
+    log_aperture = torch.where(active, torch.log(aperture.clamp_min(1e-300)), 0.0)
+    mean = aperture[active].mean()
+    lcl = baseline_log_t("lcl", log_aperture, active, PIXEL, math.nan)
+    torch.testing.assert_close(lcl[active], torch.log(aperture**3 / 12)[active], rtol=1e-13, atol=0)
+    ap2 = ApSquaredLaw().log_k(log_aperture, torch.zeros_like(log_aperture), active)
+    torch.testing.assert_close(ap2[active], torch.log(mean * aperture**2 / 12)[active], rtol=1e-13, atol=0)
+    uniform = baseline_log_t("uniform", log_aperture, active, PIXEL, math.nan)
+    torch.testing.assert_close(
+        uniform[active], torch.log(mean**3 / 12).expand(int(active.sum())), rtol=1e-13, atol=0
+    )
+    # Not fitted yet, or no voxel size: those baselines are absent rather than wrong.
+    assert baseline_log_t("power", log_aperture, active, PIXEL, math.nan) is None
+    assert (
+        baseline_log_t("wedge", log_aperture, active, torch.tensor([math.nan], dtype=torch.float64), math.nan)
+        is None
+    )
+
+
+def test_wedge_factor_follows_its_small_angle_expansion_and_steep_limit():
+    # 3(g - arctan g)/g³ = 1 - 3g²/5 + 3g⁴/7 - ...: within g⁴ of 1 - 3g²/5 for small g.
+    for g in (1e-4, 3e-3, 0.02, 0.1):
+        value = float(wedge_factor(torch.tensor(g, dtype=torch.float64)))
+        assert abs(value - (1 - 3 * g**2 / 5)) <= g**4, g
+    assert float(wedge_factor(torch.tensor(0.0, dtype=torch.float64))) == 1.0
+    assert float(wedge_factor(torch.tensor(1.0, dtype=torch.float64))) == pytest.approx(3 * (1 - math.pi / 4))
+    # Steep walls: 3/g².
+    assert float(wedge_factor(torch.tensor(1e4, dtype=torch.float64))) * 1e8 / 3 == pytest.approx(1, rel=1e-3)
+    # The series and the closed form meet at the switch.
+    below, above = (
+        wedge_factor(torch.tensor(WEDGE_SERIES_BELOW * f, dtype=torch.float64)) for f in (0.9999, 1.0001)
+    )
+    # dC/dg = -6g/5 there, over a step of 2e-4 · g.
+    assert float(below - above) == pytest.approx(6 / 5 * WEDGE_SERIES_BELOW**2 * 2e-4, rel=1e-3)
+
+
+def test_wedge_baseline_lowers_the_transmissivity_where_the_aperture_changes_along_the_flow():
+    # A gap that widens linearly along x by s per metre: slope g = s everywhere (central and one-sided
+    # differences are exact on a line), so T = Ap³/12 · C(s) at every pixel.
+    width, slope = 7, 0.4
+    aperture = (2e-5 + slope * VOXEL_SIZE * torch.arange(width, dtype=torch.float64)).expand(3, width)
+    log_aperture = torch.log(aperture).unsqueeze(0)
+    active = torch.ones_like(log_aperture, dtype=torch.bool)
+    log_t = baseline_log_t("wedge", log_aperture, active, PIXEL, math.nan)
+    expected = torch.log(aperture**3 / 12 * 3 * (slope - math.atan(slope)) / slope**3)
+    torch.testing.assert_close(log_t[0], expected, rtol=1e-13, atol=0)
+
+
+@pytest.fixture(scope="module")
+def data_with_flow_rates(tmp_path_factory) -> Path:
+    """Rough fractures with contact spots whose files declare inlet 3 and outlet 1, with the LCL's pressure and flow
+    rate for those heads stored as the reference."""
+    fractures = []
+    for seed in range(3):
+        aperture = _rough_aperture((10, 14), seed=seed, mean_aperture=1.5)
+        fracture = Fracture(
+            f"f{seed}", aperture, None, voxel_size=VOXEL_SIZE, inlet_pressure=3.0, outlet_pressure=1.0
+        )
+        problem = DarcyProblem.fracture(
+            aperture.shape, 3.0, 1.0, active=fracture.active, drop_unconnected=True
+        )
+        log_t = torch.from_numpy(
+            np.where(problem.active, 3 * np.log(np.maximum(aperture, 1e-300)) - np.log(12), 0.0)
+        )
+        pressure = np.where(problem.active, solve_pressure(log_t, problem).numpy(), 2.0)
+        mask = problem.active | (aperture == 0)
+        fracture = Fracture(
+            f"f{seed}",
+            aperture,
+            pressure,
+            mask=mask,
+            voxel_size=VOXEL_SIZE,
+            inlet_pressure=3.0,
+            outlet_pressure=1.0,
+        )
+        fractures.append(dataclasses.replace(fracture, flow_rate=lcl_flow_rate(fracture)))
+    path = tmp_path_factory.mktemp("flow") / "fractures.h5"
+    write_fractures(path, fractures)
+    return path
+
+
+def test_the_model_flow_rate_is_in_the_units_of_the_data(data_with_flow_rates):
+    # The dataset maps the heads 3 -> 1 onto 2 -> 1, and the stored flow rate with them (halved); the module's solve
+    # of the plain LCL then gives exactly the stored LCL flow rate: no constant factor lost between the two.
+    dataset = FractureDataset(find_fractures(data_with_flow_rates))
+    module = _module()
+    for index in range(len(dataset)):
+        item = dataset[index]
+        with torch.no_grad():
+            fields = module(as_batch(item))
+        assert float(fields["flow_rate"][0]) == pytest.approx(float(item["flow_rate"]), rel=1e-9)
+        solutions = module.baseline_solutions(as_batch(item), 0)
+        assert float(solutions["lcl"][1]) == pytest.approx(float(item["flow_rate"]), rel=1e-9)
+        torch.testing.assert_close(
+            fields["pressure"][0], solutions["lcl"][0], equal_nan=True, rtol=1e-9, atol=1e-12
+        )
+    # The law with no flow-rate units reports none.
+    assert math.isnan(float(_module(ExponentLaw())(as_batch(dataset[0]))["flow_rate"][0]))
+
+
+def test_the_power_exponent_is_fitted_to_the_hidden_one(tmp_path):
+    # References solved with T ∝ Ap^2.4: the bounded search must find 2.4 to its tolerance.
+    fractures = []
+    for seed in range(3):
+        aperture = _rough_aperture((12, 16), seed=seed, mean_aperture=2.5)
+        problem = DarcyProblem.fracture(aperture.shape, active=aperture > 0, drop_unconnected=True)
+        log_aperture = torch.from_numpy(np.where(problem.active, np.log(np.maximum(aperture, 1e-300)), 0.0))
+        active = torch.from_numpy(problem.active)
+        log_t = power_law_log_t(log_aperture.unsqueeze(0), active.unsqueeze(0), 2.4)[0]
+        pressure = np.where(problem.active, solve_pressure(log_t, problem).numpy(), 1.5)
+        fractures.append(Fracture(f"f{seed}", aperture, pressure, mask=problem.active | (aperture == 0)))
+    write_fractures(tmp_path / "hidden.h5", fractures)
+    exponent = _module().fit_power_exponent(FractureDataset(find_fractures(tmp_path / "hidden.h5")))
+    assert exponent == pytest.approx(2.4, abs=0.02)
+
+
+@pytest.fixture
+def small_problem() -> tuple[DarcyProblem, torch.Tensor]:
+    """A 4 x 6 fracture with one contact spot and a random log-conductivity around it."""
+    active = np.ones((4, 6), dtype=bool)
+    active[1, 2] = False
+    problem = DarcyProblem.fracture(active.shape, active=active, pixel_size=1.0, thickness=1.0)
+    log_k = torch.from_numpy(np.random.default_rng(3).normal(size=active.shape))
+    return problem, log_k
+
+
+def test_flow_rate_gradient_through_the_solve_matches_finite_differences(small_problem):
+    problem, log_k = small_problem
+
+    def flow_rate(x: torch.Tensor) -> torch.Tensor:
+        return outlet_flow_rate(x, solve_pressure(x, problem), problem)
+
+    assert torch.autograd.gradcheck(flow_rate, (log_k.clone().requires_grad_(True),))
+
+
+def test_combined_loss_gradient_matches_finite_differences(small_problem):
+    problem, log_k = small_problem
+    active = torch.from_numpy(problem.active).unsqueeze(0)
+    reference = solve_pressure(log_k + 0.3 * torch.sin(log_k), problem).unsqueeze(0)
+    reference_q = torch.tensor([0.8], dtype=torch.float64) * outlet_flow_rate(log_k, reference[0], problem)
+
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        pressure = solve_pressure(x, problem)
+        q = outlet_flow_rate(x, pressure, problem).view(1)
+        return training_loss(pressure.unsqueeze(0), reference, active, q, reference_q, flow_rate_weight=0.5)
+
+    assert torch.autograd.gradcheck(loss, (log_k.clone().requires_grad_(True),))
+
+
+def test_the_flow_rate_term_is_the_weighted_squared_relative_error(small_problem):
+    problem, log_k = small_problem
+    active = torch.from_numpy(problem.active).unsqueeze(0)
+    pressure = solve_pressure(log_k, problem).unsqueeze(0)
+    reference = pressure + 0.01 * active.to(torch.float64)
+    q = torch.tensor([1.2], dtype=torch.float64)
+    pressure_only = training_loss(pressure, reference, active, q, q, flow_rate_weight=0.0)
+    assert float(pressure_only) == pytest.approx(1e-4, rel=1e-12)
+    # 20 % off, weight 0.5: 0.5 · 0.2² on top.
+    combined = training_loss(pressure, reference, active, q, q / 1.2 * torch.ones(1), flow_rate_weight=0.5)
+    assert float(combined - pressure_only) == pytest.approx(0.5 * 0.2**2, rel=1e-12)
+    # Fractures without a reference flow rate add nothing.
+    nan = torch.tensor([math.nan], dtype=torch.float64)
+    assert float(training_loss(pressure, reference, active, q, nan, flow_rate_weight=0.5)) == float(
+        pressure_only
+    )
+
+
+def test_summary_line_compares_with_the_lcl_and_adds_flow_rates_where_logged(tmp_path):
+    metrics = {"test/mse": 1e-4, "test/lcl_mse": 3e-4, "test/rel_err_mean": 0.5, "test/lcl_rel_err_mean": 1.5}
+    line = summary(metrics, tmp_path)
+    assert line == f"done: test MSE 0.0001 (LCL 0.0003), mean error 0.5 % (LCL 1.5 %); outputs in {tmp_path}"
+    metrics |= {"test/flow_rate_err": 4.0, "test/lcl_flow_rate_err": 21.0}
+    assert "mean error 0.5 % (LCL 1.5 %), flow-rate error 4 % (LCL 21 %); outputs" in summary(
+        metrics, tmp_path
+    )
+
+
+def test_training_on_flow_rates_fixes_what_pressures_cannot_see(tmp_path):
+    # Fractures that conduct 70 % of what the LCL says, uniformly: their pressure is the LCL's exactly, so only the
+    # flow-rate term can teach the model the factor. The LCL's flow-rate error is then 1/0.7 - 1 = 42.9 %.
+    fractures = []
+    for seed in range(8):
+        aperture = _rough_aperture((12, 16), seed=seed, mean_aperture=2.5)
+        problem = DarcyProblem.fracture(aperture.shape, active=aperture > 0, drop_unconnected=True)
+        log_t = torch.from_numpy(
+            np.where(problem.active, 3 * np.log(np.maximum(aperture, 1e-300)) - np.log(12), 0.0)
+        )
+        pressure = np.where(problem.active, solve_pressure(log_t, problem).numpy(), 1.5)
+        fracture = Fracture(
+            f"f{seed}", aperture, pressure, mask=problem.active | (aperture == 0), voxel_size=VOXEL_SIZE
+        )
+        fractures.append(dataclasses.replace(fracture, flow_rate=0.7 * lcl_flow_rate(fracture)))
+    write_fractures(tmp_path / "slow.h5", fractures)
+    result = run_train(
+        f"data.path={tmp_path / 'slow.h5'}", "data.batch_size=2", "trainer.max_epochs=10", "optimizer.lr=0.03",
+        "model.channels=4", "~callbacks.figures", run_dir=tmp_path / "run",
+    )  # fmt: skip
+    assert "loss: flow_rate_weight = 0.01" in result.stdout + result.stderr
+    final = final_metrics(read_metrics(tmp_path / "run"))
+    for stage in ("train", "val", "test"):
+        assert final[f"{stage}/lcl_flow_rate_err"] == pytest.approx(100 * (1 / 0.7 - 1), rel=1e-6)
+        assert final[f"{stage}/flow_rate_err"] < 10, stage
+    assert "flow-rate error" in (result.stdout + result.stderr).split("done:")[-1]
