@@ -266,6 +266,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _run_evaluate(args: argparse.Namespace) -> int:
+    from flowlearn.errors import DataValidationError
+    from flowlearn.reporting.heldout import held_out, verdict_table
+
+    try:
+        result = held_out(args.predictions, args.split)
+    except ValueError as err:
+        raise DataValidationError(str(err)) from err
+    print(verdict_table(result))
+    return 0
+
+
+def _evaluate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("predictions", help="predictions.h5 of a run, or a file written by flowlearn predict")
+    p.add_argument("--split", default="test", help="which fractures: train, val, test, or predict")
+
+
 @dataclass(frozen=True)
 class Command:
     """A subcommand: its name, one-line help, description, argument declarations and what runs it."""
@@ -312,6 +329,15 @@ COMMANDS = (
         "geometry that goes with it.",
         _departure_arguments,
         _run_departure,
+    ),
+    Command(
+        "evaluate",
+        "the held-out verdict: the model against every baseline, medians over fractures",
+        "For the fractures of one split of PREDICTIONS, compute the MSE, the departure error and the flow-rate "
+        "error of the model and of each baseline per fracture, print their medians, the model's reduction of the "
+        "LCL's, and on how many fractures the model beats the LCL in both departure and flow rate.",
+        _evaluate_arguments,
+        _run_evaluate,
     ),
     Command(
         "report",

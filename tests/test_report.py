@@ -6,10 +6,12 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from viz_support import tiny_run, train
 
 from flowlearn.cli import main
+from flowlearn.reporting.heldout import held_out
 from flowlearn.reporting.report import final_metrics
 from flowlearn.reporting.runs import read_metrics
 from flowlearn.training.predictions import read_predictions
@@ -168,3 +170,26 @@ def test_missing_and_empty_directories(flowlearn, tmp_path):
     assert status == 2
     assert err.startswith(f"flowlearn report: error: {tmp_path}: not a finished run; missing a checkpoint")
     assert "metrics.csv" in err and len(err.strip().splitlines()) == 1
+
+
+def test_evaluate_prints_the_held_out_medians_of_the_model_and_every_baseline(flowlearn, run):
+    result = held_out(run / "predictions.h5", "test")
+    assert result.names and set(result.metrics) >= {"model", "lcl", "uniform", "ap2"}
+    # The uniform conductance solves to the straight line between the heads wherever there is no contact spot,
+    # and the departure error of the straight line is 1 by definition.
+    fields = {f.name: f for f in read_predictions(run / "predictions.h5")}
+    uniform = result.metrics["uniform"]["departure_err"]
+    for name, value in zip(result.names, uniform, strict=True):
+        if fields[name].active.all():
+            assert value == pytest.approx(1.0, abs=1e-9)
+    beats = result.beats_lcl()
+    model, lcl = result.metrics["model"]["departure_err"], result.metrics["lcl"]["departure_err"]
+    np.testing.assert_array_equal(beats, model < lcl)  # the tiny run's data store no flow rates
+    status, out, _ = flowlearn("evaluate", str(run / "predictions.h5"))
+    assert status == 0 and "| lcl |" in out and "| model vs LCL |" in out
+    assert f"beats the LCL (departure and flow rate) on {beats.sum()} of {beats.size} fractures" in out
+
+
+def test_evaluate_without_fractures_of_the_split_is_one_line(flowlearn, run):
+    status, _, err = flowlearn("evaluate", str(run / "predictions.h5"), "--split", "predict")
+    assert status == 2 and "no fracture of split 'predict'" in err

@@ -1,0 +1,117 @@
+"""The held-out verdict: per fracture, the model against every baseline, reduced to medians.
+
+Reads a ``predictions.h5`` (a run's own, or what ``flowlearn predict`` wrote for new fractures), takes the
+fractures of one split, computes :data:`~flowlearn.training.metrics.METRICS` per fracture for the model and each
+baseline, and reports the median over fractures, and the fractures on which the model beats the local cubic law
+(LCL) in both the pressure's departure and the flow rate. Medians, because a few fractures must not decide.
+
+    flowlearn evaluate outputs/<date>/<time>/predictions.h5            # the test split
+    flowlearn evaluate predicted.h5 --split predict                    # fractures given to flowlearn predict
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
+from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE, fracture_metrics
+from flowlearn.training.predictions import FractureFields, read_predictions
+
+MODEL = "model"
+VERDICT_METRICS = (MSE, DEPARTURE_ERR, FLOW_RATE_ERR)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Per-fracture metrics of one split.
+
+    Attributes:
+        names: the fractures; metrics[row][metric]: float64 (fractures,) per row (``model`` and each baseline
+        present), NaN where undefined; power_exponent: the fitted ``power`` baseline's a.
+    """
+
+    names: list[str]
+    metrics: dict[str, dict[str, np.ndarray]]
+    power_exponent: float
+
+    def median(self, row: str, metric: str) -> float:
+        values = self.metrics[row][metric]
+        values = values[np.isfinite(values)]
+        return float(np.median(values)) if values.size else math.nan
+
+    def beats_lcl(self) -> np.ndarray:
+        """bool (fractures,): the model's departure and flow-rate errors are both below the LCL's (a fracture
+        without a flow rate is judged on the departure alone)."""
+        model, lcl = self.metrics[MODEL], self.metrics[COMPARED]
+        departure = model[DEPARTURE_ERR] < lcl[DEPARTURE_ERR]
+        flow = np.where(np.isfinite(lcl[FLOW_RATE_ERR]), model[FLOW_RATE_ERR] < lcl[FLOW_RATE_ERR], True)
+        return departure & flow
+
+
+def _metrics(fields: FractureFields, pressure: np.ndarray, flow_rate: float) -> dict[str, float]:
+    mask = fields.compared
+    # The model's pressure holds the fixed heads on the first and last columns.
+    inlet, outlet = (float(np.nanmean(fields.pressure[..., column])) for column in (0, -1))
+
+    def t(x) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x, dtype=np.float64))[None]
+
+    values = fracture_metrics(
+        t(np.where(mask, pressure, 0.0)),
+        t(np.where(mask, fields.pressure_reference, 0.0)),
+        torch.as_tensor(mask)[None],
+        t(inlet),
+        t(outlet),
+        t(flow_rate),
+        t(fields.flow_rate_reference),
+    )
+    return {name: float(values[name][0]) for name in VERDICT_METRICS}
+
+
+def held_out(path: str | Path, split: str = "test") -> HeldOut:
+    """The per-fracture metrics of the ``split`` fractures of the predictions file ``path``."""
+    chosen = [f for f in read_predictions(path) if f.split == split and f.pressure_reference is not None]
+    if not chosen:
+        raise ValueError(f"{path}: no fracture of split '{split}' with a reference pressure")
+    rows: dict[str, list[dict[str, float]]] = {MODEL: []}
+    for fields in chosen:
+        rows[MODEL].append(_metrics(fields, fields.pressure, fields.flow_rate))
+        for name in BASELINE_NAMES:
+            if name in fields.baseline_pressures:
+                flow = fields.baseline_flow_rates.get(name, math.nan)
+                rows.setdefault(name, []).append(_metrics(fields, fields.baseline_pressures[name], flow))
+    metrics = {
+        row: {m: np.array([entry[m] for entry in entries]) for m in VERDICT_METRICS}
+        for row, entries in rows.items()
+        if len(entries) == len(chosen)
+    }
+    return HeldOut([f.name for f in chosen], metrics, chosen[0].power_exponent)
+
+
+def verdict_table(result: HeldOut) -> str:
+    """Markdown: one row per model and baseline, the median of each metric over fractures, and the model's
+    reduction of the LCL's median errors."""
+    lines = [
+        f"{len(result.names)} fractures; medians over fractures",
+        "",
+        "| | MSE | departure error (1 − R²) | flow-rate error (%) |",
+        "|---|---|---|---|",
+    ]
+    for row in result.metrics:
+        label = f"power (a = {result.power_exponent:.2f})" if row == "power" else row
+        cells = [f"{result.median(row, m):.3g}" for m in VERDICT_METRICS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    reduction = [1 - result.median(MODEL, m) / result.median(COMPARED, m) for m in VERDICT_METRICS]
+    changes = (f"{r:.0%} lower" if r >= 0 else f"{-r:.0%} higher" for r in reduction)
+    lines.append("| model vs LCL | " + " | ".join(changes) + " |")
+    beats = result.beats_lcl()
+    lines += [
+        "",
+        f"the model beats the LCL (departure and flow rate) on {beats.sum()} of {beats.size} fractures",
+    ]
+    return "\n".join(lines)
