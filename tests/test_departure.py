@@ -8,7 +8,7 @@ from flowlearn.data.departure import departures, lcl_flow_rate, summarize
 from flowlearn.data.schema import Fracture, write_fractures
 
 
-def uniform_gap(name: str, aperture: float, shape=(6, 11), ratio: float = 1.0, **geometry) -> Fracture:
+def uniform_gap(name: str, aperture: float, shape=(7, 7), ratio: float = 1.0, **geometry) -> Fracture:
     """A uniform gap whose reference flow rate is ``ratio`` times the cubic law's H b³/12 / (W - 1)."""
     h, w = shape
     return Fracture(
@@ -23,12 +23,12 @@ def uniform_gap(name: str, aperture: float, shape=(6, 11), ratio: float = 1.0, *
 
 def test_lcl_flow_rate_of_a_uniform_gap_is_the_cubic_law():
     fracture = uniform_gap("u", 3e-5)
-    assert lcl_flow_rate(fracture) == pytest.approx(6 * (3e-5) ** 3 / 12 / 10, rel=1e-12)
+    assert lcl_flow_rate(fracture) == pytest.approx(7 * (3e-5) ** 3 / 12 / 6, rel=1e-12)
 
 
 def test_lcl_flow_rate_of_gaps_in_series_is_harmonic():
     """Two halves of apertures a and b along the flow: the cubic law's resistances add, column by column."""
-    h, w = 4, 10
+    h, w = 10, 10
     aperture = np.where(np.arange(w) < 5, 2e-5, 4e-5) * np.ones((h, 1))
     fracture = Fracture("s", aperture, np.tile(2.0 - np.arange(w) / (w - 1), (h, 1)), voxel_size=1e-5)
     t = aperture[0] ** 3 / 12
@@ -43,7 +43,7 @@ def test_departures_and_summary(tmp_path):
         for i, r in enumerate((0.5, 0.85, 0.95, 1.1))
     ]
     write_fractures(
-        path, [*gaps, Fracture("noflow", np.full((6, 11), 2e-5), gaps[0].pressure, voxel_size=1e-5)]
+        path, [*gaps, Fracture("noflow", np.full((7, 7), 2e-5), gaps[0].pressure, voxel_size=1e-5)]
     )
     rows = departures(path)
     assert [r.name for r in rows] == ["f0", "f1", "f2", "f3"]

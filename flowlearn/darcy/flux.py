@@ -9,7 +9,7 @@ reach it. Built from torch ops on ``log_k`` and on the pressure of :func:`~flowl
 it is differentiable in ``log_k`` through both, to any order.
 
 Units: with K in m/s and heads in metres, q is in m^3/s. For a fracture solved with log K = log(Ap^3/12) (Ap in
-metres), unit thickness and nodes one pixel apart (``DarcyProblem.fracture(..., unit_spacing=True)``), it is the transmissivity-weighted head drop in m^3 per unit of
+metres), unit thickness and unit pixel size (square maps; see :meth:`DarcyProblem.fracture`), it is the transmissivity-weighted head drop in m^3 per unit of
 (head / viscosity) that the data's ``flow_rate`` attribute stores (see :mod:`flowlearn.data.schema`).
 """
 

@@ -40,9 +40,9 @@ def lcl_flow_rate(fracture: Fracture) -> float:
         inlet=fracture.inlet_pressure,
         outlet=fracture.outlet_pressure,
         active=active,
+        pixel_size=1.0,
         thickness=1.0,
         drop_unconnected=True,
-        unit_spacing=True,
     )
     with np.errstate(divide="ignore"):
         log_t = np.where(active, 3 * np.log(fracture.aperture) - math.log(12.0), 0.0)

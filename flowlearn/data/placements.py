@@ -59,7 +59,7 @@ def block_mean(field: np.ndarray, factor: int) -> np.ndarray:
 
 def lcl_solution(aperture: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, float]:
     """Pressure (inlet 2, outlet 1; NaN where inactive) and flow rate of the LCL on ``aperture`` (voxels)."""
-    problem = DarcyProblem.fracture(aperture.shape, active=active, thickness=1.0, unit_spacing=True)
+    problem = DarcyProblem.fracture(aperture.shape, active=active, pixel_size=1.0, thickness=1.0)
     with np.errstate(divide="ignore"):
         log_t = torch.as_tensor(np.where(active, 3 * np.log(aperture) - math.log(12.0), 0.0))
     pressure = solve_pressure(log_t, problem)
