@@ -93,6 +93,10 @@ def held_out(path: str | Path, split: str = "test") -> HeldOut:
     return HeldOut([f.name for f in chosen], metrics, chosen[0].power_exponent)
 
 
+def _cell(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.3g}"
+
+
 def verdict_table(result: HeldOut) -> str:
     """Markdown: one row per model and baseline, the median of each metric over fractures, and the model's
     reduction of the LCL's median errors."""
@@ -104,10 +108,12 @@ def verdict_table(result: HeldOut) -> str:
     ]
     for row in result.metrics:
         label = f"power (a = {result.power_exponent:.2f})" if row == "power" else row
-        cells = [f"{result.median(row, m):.3g}" for m in VERDICT_METRICS]
+        cells = [_cell(result.median(row, m)) for m in VERDICT_METRICS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     reduction = [1 - result.median(MODEL, m) / result.median(COMPARED, m) for m in VERDICT_METRICS]
-    changes = (f"{r:.0%} lower" if r >= 0 else f"{-r:.0%} higher" for r in reduction)
+    changes = (
+        "n/a" if math.isnan(r) else f"{r:.0%} lower" if r >= 0 else f"{-r:.0%} higher" for r in reduction
+    )
     lines.append("| model vs LCL | " + " | ".join(changes) + " |")
     beats = result.beats_lcl()
     lines += [
