@@ -5,7 +5,9 @@ Batches come from :class:`flowlearn.data.datamodule.FractureDataModule`: dicts w
 ``flow_rate``, ``voxel_size`` (B,) and ``name`` (B strings).
 
 Every fracture gets its own :class:`~flowlearn.darcy.DarcyProblem` (its contact spots differ), kept in a small
-LRU cache so that the solver's symbolic analysis and factors are reused when the fracture comes back. The problem's
+LRU cache so that the solver's symbolic analysis and factors are reused when the fracture comes back. The baselines
+solve on problems of their own: an engine keeps its factors per problem, so their solves leave the model's factor
+reuse, and with it the model's numbers, exactly as they would be without them. The problem's
 grid has unit pixel size and unit thickness, so that the outlet flow rate of a law in transmissivity units is in the
 units of the data's ``flow_rate`` (see :mod:`flowlearn.models.laws`).
 
@@ -110,6 +112,7 @@ class FractureFlowModule(L.LightningModule):
         # The ``power`` baseline's exponent, NaN until fitted; a buffer, so that checkpoints carry it.
         self.register_buffer("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
         self._problems: OrderedDict[str, DarcyProblem] = OrderedDict()
+        self._baseline_problems: OrderedDict[str, DarcyProblem] = OrderedDict()
         # Per fracture (problem key), per baseline, per metric: the value, computed once (a few floats each).
         self._baseline_metrics: dict[str, dict[str, dict[str, float]]] = {}
         # Training loss of the current epoch (summed over fractures) and the lowest epoch mean so far.
@@ -147,13 +150,17 @@ class FractureFlowModule(L.LightningModule):
     def _problem_key(name: str, inlet: float, outlet: float) -> str:
         return f"{name}|{inlet:.17g}|{outlet:.17g}"
 
-    def problem(self, name: str, active: torch.Tensor, inlet: float, outlet: float) -> DarcyProblem:
+    def problem(
+        self, name: str, active: torch.Tensor, inlet: float, outlet: float, baseline: bool = False
+    ) -> DarcyProblem:
         """The fracture setup of one fracture: inlet head on the first column, outlet head on the last, on a grid of
-        unit pixel size and thickness (flow rates in the data's units)."""
+        unit pixel size and thickness (flow rates in the data's units). ``baseline`` gives the baselines' instance
+        of it (see the module docstring)."""
+        problems = self._baseline_problems if baseline else self._problems
         key = self._problem_key(name, inlet, outlet)
-        if key not in self._problems:
+        if key not in problems:
             mask = active.detach().cpu().numpy()
-            self._problems[key] = DarcyProblem.fracture(
+            problems[key] = DarcyProblem.fracture(
                 tuple(mask.shape),
                 inlet=inlet,
                 outlet=outlet,
@@ -162,17 +169,17 @@ class FractureFlowModule(L.LightningModule):
                 thickness=1.0,
                 drop_unconnected=True,
             )
-            while len(self._problems) > self.cache_size:
-                self._problems.popitem(last=False)
-        self._problems.move_to_end(key)
-        return self._problems[key]
+            while len(problems) > self.cache_size:
+                problems.popitem(last=False)
+        problems.move_to_end(key)
+        return problems[key]
 
     def _heads(self, batch: dict, index: int) -> tuple[float, float]:
         return float(batch["inlet_pressure"][index]), float(batch["outlet_pressure"][index])
 
-    def _problems_of(self, batch: dict) -> list[DarcyProblem]:
+    def _problems_of(self, batch: dict, baseline: bool = False) -> list[DarcyProblem]:
         return [
-            self.problem(name, batch["active"][i], *self._heads(batch, i))
+            self.problem(name, batch["active"][i], *self._heads(batch, i), baseline=baseline)
             for i, name in enumerate(batch["name"])
         ]
 
@@ -216,7 +223,9 @@ class FractureFlowModule(L.LightningModule):
         log_aperture = self.log_aperture(batch)[index : index + 1]
         active = batch["active"][index : index + 1]
         pixel_size = batch["voxel_size"][index : index + 1].to(torch.float64)
-        problem = self.problem(batch["name"][index], batch["active"][index], *self._heads(batch, index))
+        problem = self.problem(
+            batch["name"][index], batch["active"][index], *self._heads(batch, index), baseline=True
+        )
         solutions = {}
         for name in BASELINE_NAMES:
             log_t = baseline_log_t(name, log_aperture, active, pixel_size, float(self.power_exponent))
@@ -267,7 +276,7 @@ class FractureFlowModule(L.LightningModule):
             total = 0.0
             for index in range(len(dataset)):
                 batch = as_batch(dataset[index])
-                (problem,) = self._problems_of(batch)
+                (problem,) = self._problems_of(batch, baseline=True)
                 log_t = power_law_log_t(self.log_aperture(batch), batch["active"], exponent)
                 pressure = solve_pressure(log_t[0], problem, solver=self.solver).unsqueeze(0)
                 free = torch.from_numpy(problem.free).unsqueeze(0).to(pressure.device)
