@@ -54,6 +54,7 @@ def test_plates_velocity_profile_is_poiseuille_with_walls_half_way(plates):
     np.testing.assert_allclose(plates.velocity[H // 2, W // 2], exact, rtol=5e-3)
 
 
+@pytest.mark.slow  # a second relaxation rate: a lbmpy build of 30-60 s
 def test_plates_flux_does_not_depend_on_viscosity():
     """With the TRT magic parameter 3/16 the bounce-back wall position, hence the permeability, is exact for
     any relaxation rate; a plain change of omega must leave the permeability unchanged."""

@@ -37,6 +37,7 @@ def test_plane_poiseuille_flux_within_one_percent_at_the_dataset_resolution():
     assert ratio == pytest.approx(1 + 1 / (2 * b**2), rel=2e-3)
 
 
+@pytest.mark.slow  # its own box shape: a lbmpy build of 30-60 s
 def test_wavy_channel_follows_lubrication_theory_along_its_mid_surface():
     """Walls z = A sin(kx) ± b/2: the vertical aperture b is constant, so the local cubic law sees plates.
 
@@ -68,6 +69,7 @@ def test_flux_weighted_average_weights_each_voxel_by_its_flux():
     np.testing.assert_allclose(got, [2.0, 16.0 / 3.0])
 
 
+@pytest.mark.slow  # a deeper box: a lbmpy build of 30-60 s
 def test_flux_weighted_pressure_ignores_a_stagnant_pocket():
     """A gap of 6 voxels with a closed pocket of 4 voxels above it over columns 8-15, joined to the gap only
     through a neck over columns 11-12.
