@@ -81,6 +81,19 @@ class DatasetConfig:
         check_setting(
             is_number(self.voxel_size) and self.voxel_size > 0, "voxel_size", "must be > 0", self.voxel_size
         )
+        shape = tuple(self.shape) if isinstance(self.shape, tuple | list) else ()
+        check_setting(
+            len(shape) == 2 and all(is_integer(n) and n >= 2 for n in shape),
+            "shape",
+            "must be two integers >= 2 (H W)",
+            self.shape,
+        )
+        check_setting(
+            is_number(self.mean_aperture) and self.mean_aperture >= 0,
+            "mean_aperture",
+            "must be >= 0",
+            self.mean_aperture,
+        )
         for name in ("hurst", "rms_ratio", "mismatch_length", "wavelength_ratio", "shear"):
             value = getattr(self, name)
             pair = value if isinstance(value, tuple | list) else (value, value)
@@ -90,7 +103,8 @@ class DatasetConfig:
                 "must be a number or a pair low <= high",
                 value,
             )
-        longest = max(self.shape) if isinstance(self.shape, tuple | list) and self.shape else 0
+        check_setting(_range(self.rms_ratio)[0] >= 0, "rms_ratio", "must be >= 0", self.rms_ratio)
+        longest = max(shape)
         check_setting(
             _range(self.wavelength_ratio)[1] * self.mean_aperture < longest,
             "wavelength_ratio",
