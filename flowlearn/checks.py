@@ -73,3 +73,15 @@ def check_setting(ok: bool, field: str, problem: str, value: object) -> None:
     """Raise :class:`SettingError` for ``field`` (``"<field> <problem>, got <value>"``) unless ``ok``."""
     if not ok:
         raise SettingError(field, f"{problem}, got {value!r}")
+
+
+def check_map_shape(value: object) -> tuple[int, int]:
+    """The (H, W) of a 2D map setting as a tuple; :class:`SettingError` for ``shape`` unless two integers >= 2."""
+    shape = tuple(value) if isinstance(value, tuple | list) else ()
+    check_setting(
+        len(shape) == 2 and all(is_integer(n) and n >= 2 for n in shape),
+        "shape",
+        "must be two integers >= 2 (H W)",
+        value,
+    )
+    return shape

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from flowlearn.checks import check_setting, is_integer, is_number
+from flowlearn.checks import check_map_shape, check_setting, is_integer, is_number
 from flowlearn.data.departure import lcl_flow_rate
 from flowlearn.data.lbm import LBMSettings, library_versions, simulate, voxelize
 from flowlearn.data.roughness import RoughnessParams, geometry_stats, rough_fracture
@@ -81,13 +81,7 @@ class DatasetConfig:
         check_setting(
             is_number(self.voxel_size) and self.voxel_size > 0, "voxel_size", "must be > 0", self.voxel_size
         )
-        shape = tuple(self.shape) if isinstance(self.shape, tuple | list) else ()
-        check_setting(
-            len(shape) == 2 and all(is_integer(n) and n >= 2 for n in shape),
-            "shape",
-            "must be two integers >= 2 (H W)",
-            self.shape,
-        )
+        shape = check_map_shape(self.shape)
         check_setting(
             is_number(self.mean_aperture) and self.mean_aperture >= 0,
             "mean_aperture",

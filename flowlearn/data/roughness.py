@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from scipy import signal
 
-from flowlearn.checks import check_setting, is_integer, is_number
+from flowlearn.checks import check_map_shape, check_setting, is_integer, is_number
 
 
 @dataclass(frozen=True)
@@ -56,13 +56,7 @@ class RoughnessParams:
     shear: float = 0.0
 
     def __post_init__(self) -> None:
-        shape = tuple(self.shape) if isinstance(self.shape, tuple | list) else ()
-        check_setting(
-            len(shape) == 2 and all(is_integer(n) and n >= 2 for n in shape),
-            "shape",
-            "must be two integers >= 2 (H W)",
-            self.shape,
-        )
+        shape = check_map_shape(self.shape)
         check_setting(is_number(self.hurst) and 0 < self.hurst <= 1, "hurst", "must be in (0, 1]", self.hurst)
         check_setting(is_number(self.rms) and self.rms >= 0, "rms", "must be >= 0", self.rms)
         check_setting(
