@@ -206,6 +206,8 @@ def kill_at(point: str, run_dir: Path, marker: Path, *extra: str) -> str:
     return marker.read_text()
 
 
+# Slow (~1 min): a run killed inside a checkpoint write; test_train.py's SIGKILL-and-resume runs in CI.
+@pytest.mark.slow
 def test_kill_while_writing_a_checkpoint_then_resume_continues_the_run(dataset, tmp_path):
     run_dir = tmp_path / "run"
     partial = Path(kill_at("checkpoint", run_dir, tmp_path / "writing", *overrides(dataset)))

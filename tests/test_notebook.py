@@ -11,6 +11,7 @@ from viz_support import ROOT, tiny_run
 
 from flowlearn.reporting.report import final_metrics
 from flowlearn.reporting.runs import read_metrics
+from flowlearn.training.predictions import read_predictions
 
 NOTEBOOK = ROOT / "notebooks" / "visualize.ipynb"
 
@@ -68,10 +69,12 @@ def test_notebook_opens_the_newest_finished_run(executed):
         if "text/markdown" in output.get("data", {})
     ]
     improvement = final_metrics(read_metrics(newest))["test/improvement"]
-    (table,) = tables
+    table, verdict = tables
     assert next(line for line in table.splitlines() if line.startswith("| test | learned |")).endswith(
         f" | {improvement:.4g} |"
     )
+    tests = sum(f.split == "test" for f in read_predictions(newest / "predictions.h5"))
+    assert verdict.startswith(f"{tests} fractures; medians over fractures")
 
 
 def test_notebook_shows_every_figure(executed):
@@ -83,7 +86,15 @@ def test_notebook_shows_every_figure(executed):
         for output in cell.outputs
         if "image/png" in output.get("data", {})
     ]
-    calls = ("plot_aperture", "plot_correction", "plot_pressure", "plot_error", "plot_curves", "plot_gallery")
+    calls = (
+        "plot_baselines",
+        "plot_aperture",
+        "plot_correction",
+        "plot_pressure",
+        "plot_error",
+        "plot_curves",
+        "plot_gallery",
+    )
     assert len(pictures) == len(calls)
     for call, source in zip(calls, pictures):
         assert call in source

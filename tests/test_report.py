@@ -76,7 +76,7 @@ def test_run_report_has_figures_metrics_and_config(flowlearn, run, tmp_path):
     assert status == 0, err
     assert out.strip() == f"wrote {tmp_path / 'report.md'}"
     report = (tmp_path / "report.md").read_text()
-    for name in ("aperture", "correction", "pressure", "error", "curves", "gallery"):
+    for name in ("aperture", "correction", "pressure", "error", "curves", "gallery", "baselines"):
         assert f"![{name}](figures/{name}.png)" in report
         assert (tmp_path / "figures" / f"{name}.png").stat().st_size > 5000
     final = final_metrics(read_metrics(run))
@@ -98,6 +98,9 @@ def test_run_report_has_figures_metrics_and_config(flowlearn, run, tmp_path):
         # The test fractures carry no flow rate: the column is empty, and the report says why.
         assert flow == "–" and all(cells[4] == "–" for (split, _), cells in rows.items() if split == stage)
     assert "no flow-rate errors: the run's fractures carry no reference flow rate" in report
+    tests = sum(f.split == "test" for f in read_predictions(run / "predictions.h5"))
+    assert "## Held-out verdict (test split, medians over fractures)" in report
+    assert re.search(rf"beats the LCL \(departure and flow rate\) on \d+ of {tests} fractures", report)
     assert "epochs trained: 3" in report
     assert "model=cnn" in report and "law=lcl" in report
     assert "max_epochs: 3" in report  # the config

@@ -144,6 +144,8 @@ def test_a_failed_run_is_reported_with_its_error_and_the_other_run_finishes(clus
     assert "| failed: error: optimizer.lr must be > 0, got -1; log: " in table_row(table, "1")
 
 
+# Slow (~1 min): two SLURM tasks joining a process group; test_train.py checks DDP on two processes in CI.
+@pytest.mark.slow
 def test_ddp_over_two_slurm_tasks_matches_one_process(cluster, dataset, tmp_path):
     # Full-batch steps: one process with batch 6, or two with batch 3 each -- the same mean gradient, and the
     # epoch metrics (torchmetrics, reduced over the ranks) cover the same fractures.
@@ -212,6 +214,8 @@ def test_tasks_that_do_not_match_the_devices_are_refused_before_submission(tmp_p
     assert not (tmp_path / ".submitit").exists()
 
 
+# Slow (2-3 min): a real SLURM requeue waits for the scheduler's signal and a second job start.
+@pytest.mark.slow
 def test_a_job_requeued_mid_training_resumes_with_every_epoch_once(cluster, dataset, tmp_path):
     epochs = 150
     overrides = [f"data.path={dataset}", "model.channels=4", f"trainer.max_epochs={epochs}"]

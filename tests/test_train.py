@@ -177,6 +177,8 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(dataset, tmp_path):
         np.testing.assert_allclose(again[name], straight[name], rtol=0, atol=1e-6)
 
 
+# Slow (~30 s): submitit's local executor; tests/test_slurm.py submits sweeps through the same launcher code.
+@pytest.mark.slow
 def test_submitit_local_multirun(dataset, tmp_path):
     command = [
         sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=local",

@@ -15,6 +15,7 @@ from flowlearn.models.baselines import BASELINE_NAMES
 from flowlearn.reporting.figures import (
     INACTIVE_COLOUR,
     figure_set,
+    plot_baselines,
     plot_correction,
     plot_curves,
     plot_error,
@@ -23,6 +24,7 @@ from flowlearn.reporting.figures import (
     save_figures,
     showcase,
 )
+from flowlearn.reporting.heldout import split_metrics
 from flowlearn.reporting.runs import metric_series, read_metrics
 from flowlearn.training.predictions import read_predictions
 
@@ -144,6 +146,37 @@ def test_error_titles_equal_metrics_computed_from_the_arrays(fields, run):
     logged = metric_series(read_metrics(run), "test/rel_err_mean")[1][-1]
     mean = np.mean([independent_errors(f.pressure, f.pressure_reference, f.compared)[0] for f in test])
     assert mean == pytest.approx(logged, rel=1e-9)
+
+
+def independent_departure_error(f, predicted: np.ndarray) -> float:
+    """Σ(p̂ − p)²/Σ(p − line)² over the compared pixels, the line joining the mean heads of the first and last
+    columns, from the arrays alone."""
+    mask = f.compared
+    inlet, outlet = np.nanmean(f.pressure[:, 0]), np.nanmean(f.pressure[:, -1])
+    line = inlet + (outlet - inlet) * np.arange(mask.shape[-1]) / (mask.shape[-1] - 1)
+    line = np.broadcast_to(line, mask.shape)
+    reference = f.pressure_reference[mask]
+    return float(np.sum((predicted[mask] - reference) ** 2) / np.sum((reference - line[mask]) ** 2))
+
+
+def test_baseline_bars_are_the_median_departure_errors_per_split(fields):
+    splits = {s: split_metrics(fields, s) for s in ("train", "val", "test")}
+    fig = plot_baselines(splits)
+    # The tiny run's fractures carry no flow rate: one panel, the departure error.
+    (ax,) = fig.axes
+    rows = list(splits["train"].metrics)
+    assert rows[:1] == ["model"] and set(rows[1:]) <= set(BASELINE_NAMES) and "lcl" in rows
+    heights = np.array([bar.get_height() for bar in ax.patches]).reshape(len(splits), len(rows))
+    for s, split in enumerate(splits):
+        chosen = [f for f in fields if f.split == split]
+        for r, row in enumerate(rows):
+            errors = [
+                independent_departure_error(f, f.pressure if row == "model" else f.baseline_pressures[row])
+                for f in chosen
+            ]
+            assert heights[s, r] == pytest.approx(np.median(errors), rel=1e-9), (split, row)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[0] == "learned" and "LCL" in labels
 
 
 def test_correction_scale_is_diverging_and_centred(fields):

@@ -31,9 +31,19 @@ from matplotlib.image import AxesImage
 from matplotlib.ticker import MaxNLocator
 
 from flowlearn.data.departure import Departure
-from flowlearn.models.baselines import COMPARED
+from flowlearn.models.baselines import BASELINES, COMPARED
+from flowlearn.reporting.heldout import MODEL, HeldOut
 from flowlearn.reporting.runs import metric_series
-from flowlearn.training.metrics import LOSS, MSE, REL_ERR_MEAN, STAGES, column, relative_error
+from flowlearn.training.metrics import (
+    DEPARTURE_ERR,
+    FLOW_RATE_ERR,
+    LOSS,
+    MSE,
+    REL_ERR_MEAN,
+    STAGES,
+    column,
+    relative_error,
+)
 from flowlearn.training.predictions import FractureFields
 
 # Grey for pixels that carry no flow: readable next to every colour map used here.
@@ -430,6 +440,47 @@ def plot_departure_maps(maps: Mapping[str, np.ndarray]) -> Figure:
         ax.set_xticks([])
         ax.set_yticks([])
     fig.colorbar(shown, ax=axes, shrink=0.8, label="p − straight line (inlet − outlet = 1)")
+    return fig
+
+
+def plot_baselines(splits: Mapping[str, HeldOut]) -> Figure:
+    """Bars of the median departure error and the median flow-rate error over the fractures of each split, the
+    learned model beside every baseline; the LCL's median is a dashed line, the bar to beat. Flow-rate errors are
+    drawn where the fractures have reference flow rates."""
+    labels = {MODEL: "learned", **{b.name: b.label for b in BASELINES}}
+    panels = [
+        (DEPARTURE_ERR, "departure error (1 − R²)"),
+        (FLOW_RATE_ERR, "flow-rate error (%)"),
+    ]
+    first = next(iter(splits.values()))
+    panels = [(m, label) for m, label in panels if math.isfinite(first.median(MODEL, m))]
+    fig = Figure(figsize=(4.6 * len(panels), 3.8), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(panels)))
+    rows = list(first.metrics)
+    width = 0.8 / len(rows)
+    colours = colormaps["tab10"]
+    for ax, (metric, title) in zip(axes, panels, strict=True):
+        for s, result in enumerate(splits.values()):
+            for r, row in enumerate(rows):
+                value = result.median(row, metric) if row in result.metrics else math.nan
+                ax.bar(
+                    s - 0.4 + (r + 0.5) * width,
+                    value,
+                    width,
+                    color=colours(r),
+                    edgecolor="black" if row == MODEL else "none",
+                    label=labels[row] if s == 0 else None,
+                )
+            if COMPARED in result.metrics:
+                lcl = result.median(COMPARED, metric)
+                ax.hlines(lcl, s - 0.45, s + 0.45, colors="0.2", linestyles="--", lw=1)
+        ax.set_xticks(
+            range(len(splits)), [f"{split}\n({len(r.names)} fractures)" for split, r in splits.items()]
+        )
+        ax.set_ylabel(f"median {title}")
+        ax.set_yscale("log")
+    axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle("Learned model against the baselines (dashed: the LCL's median)")
     return fig
 
 

@@ -12,6 +12,7 @@ baseline, and reports the median over fractures, and the fractures on which the 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,24 +74,33 @@ def _metrics(fields: FractureFields, pressure: np.ndarray, flow_rate: float) -> 
     return {name: float(values[name][0]) for name in VERDICT_METRICS}
 
 
-def held_out(path: str | Path, split: str = "test") -> HeldOut:
-    """The per-fracture metrics of the ``split`` fractures of the predictions file ``path``."""
-    chosen = [f for f in read_predictions(path) if f.split == split and f.pressure_reference is not None]
+def split_metrics(fields: Sequence[FractureFields], split: str) -> HeldOut | None:
+    """The per-fracture metrics of the ``split`` fractures among ``fields`` that have a reference pressure; None
+    when there are none."""
+    chosen = [f for f in fields if f.split == split and f.pressure_reference is not None]
     if not chosen:
-        raise ValueError(f"{path}: no fracture of split '{split}' with a reference pressure")
+        return None
     rows: dict[str, list[dict[str, float]]] = {MODEL: []}
-    for fields in chosen:
-        rows[MODEL].append(_metrics(fields, fields.pressure, fields.flow_rate))
+    for f in chosen:
+        rows[MODEL].append(_metrics(f, f.pressure, f.flow_rate))
         for name in BASELINE_NAMES:
-            if name in fields.baseline_pressures:
-                flow = fields.baseline_flow_rates.get(name, math.nan)
-                rows.setdefault(name, []).append(_metrics(fields, fields.baseline_pressures[name], flow))
+            if name in f.baseline_pressures:
+                flow = f.baseline_flow_rates.get(name, math.nan)
+                rows.setdefault(name, []).append(_metrics(f, f.baseline_pressures[name], flow))
     metrics = {
         row: {m: np.array([entry[m] for entry in entries]) for m in VERDICT_METRICS}
         for row, entries in rows.items()
         if len(entries) == len(chosen)
     }
     return HeldOut([f.name for f in chosen], metrics, chosen[0].power_exponent)
+
+
+def held_out(path: str | Path, split: str = "test") -> HeldOut:
+    """The per-fracture metrics of the ``split`` fractures of the predictions file ``path``."""
+    result = split_metrics(read_predictions(path), split)
+    if result is None:
+        raise ValueError(f"{path}: no fracture of split '{split}' with a reference pressure")
+    return result
 
 
 def _cell(value: float) -> str:

@@ -17,7 +17,8 @@ from omegaconf import OmegaConf
 
 from flowlearn.errors import RunDirectoryError
 from flowlearn.models.baselines import BASELINES, COMPARED, Baseline
-from flowlearn.reporting.figures import figure_set, save_figures
+from flowlearn.reporting.figures import figure_set, plot_baselines, save_figures
+from flowlearn.reporting.heldout import split_metrics, verdict_table
 from flowlearn.reporting.runs import metric_series, missing_outputs, read_metrics, sweep_runs
 from flowlearn.training import metrics
 from flowlearn.training.predictions import read_predictions
@@ -139,7 +140,11 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     output = Path(output) if output is not None else run_dir
     columns = read_metrics(run_dir)
     fields = read_predictions(run_dir / "predictions.h5")
-    paths = save_figures(figure_set(fields, columns), output / "figures", dpi=dpi)
+    figures = figure_set(fields, columns)
+    per_split = {s: r for s in metrics.STAGES if (r := split_metrics(fields, s)) is not None}
+    if per_split:
+        figures["baselines"] = plot_baselines(per_split)
+    paths = save_figures(figures, output / "figures", dpi=dpi)
     final = final_metrics(columns)
 
     lines = [f"# Run report: {run_dir.name}", "", f"- run directory: `{run_dir.resolve()}`"]
@@ -163,6 +168,15 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
         "",
         baselines_note(final),
         "",
+    ]
+    if "test" in per_split:
+        lines += [
+            "## Held-out verdict (test split, medians over fractures)",
+            "",
+            verdict_table(per_split["test"]),
+            "",
+        ]
+    lines += [
         "## Figures",
         "",
     ]
