@@ -191,6 +191,10 @@ def validate_config(cfg: DictConfig) -> None:
     _positive(cfg, "optimizer.lr")
     _number(cfg, "optimizer.momentum", 0, strict=False, high=1)
     _number(cfg, "optimizer.weight_decay", 0, strict=False)
+    _positive(cfg, "optimizer.damping")
+    _positive(cfg, "optimizer.cg_iterations", integer=True)
+    _number(cfg, "optimizer.cg_tolerance", 0, high=1)
+    _positive(cfg, "optimizer.max_trials", integer=True)
     # trainer
     _positive(cfg, "trainer.max_epochs", integer=True)
     _positive(cfg, "trainer.log_every_n_steps", integer=True)

@@ -21,6 +21,7 @@ with a flow-rate weight, the mean squared relative flow-rate error (:func:`train
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -142,6 +143,33 @@ def training_loss(
             relative = (predicted_flow_rate[known] - reference_flow_rate[known]) / reference_flow_rate[known]
             loss = loss + flow_rate_weight * (relative**2).mean()
     return loss
+
+
+def training_residuals(
+    predicted: torch.Tensor,
+    reference: torch.Tensor,
+    active: torch.Tensor,
+    predicted_flow_rate: torch.Tensor,
+    reference_flow_rate: torch.Tensor,
+    flow_rate_weight: float,
+) -> torch.Tensor:
+    """The training loss as a sum of squares: residuals r, float64 (m,), with ‖r‖² = :func:`training_loss` of the
+    same arguments (to round-off), for least-squares optimisers (:mod:`flowlearn.training.gauss_newton`).
+
+    First the pressure errors of every active pixel of each fracture b, scaled by 1/√(n_b·B) (n_b its active
+    pixels, B the fractures), then, with a flow-rate weight, √(weight/K)·(Q̂ − Q)/Q of each of the K fractures that
+    have a reference flow rate. Arguments as in :func:`training_loss`.
+    """
+    batch = predicted.shape[0]
+    counts = active.flatten(1).sum(1)
+    scale = (counts * batch).to(predicted.dtype).rsqrt().view(-1, *[1] * (predicted.ndim - 1))
+    parts = [((predicted - reference) * scale)[active]]
+    if flow_rate_weight:
+        known = torch.isfinite(reference_flow_rate)
+        if bool(known.any()):
+            relative = (predicted_flow_rate[known] - reference_flow_rate[known]) / reference_flow_rate[known]
+            parts.append(relative * math.sqrt(flow_rate_weight / int(known.sum())))
+    return torch.cat(parts)
 
 
 def improvement(

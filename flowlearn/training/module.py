@@ -37,9 +37,10 @@ from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
 from flowlearn.data.datamodule import FractureDataModule, FractureDataset
 from flowlearn.engines import Engine
-from flowlearn.errors import DivergenceError, SolutionError, SolveInputError
+from flowlearn.errors import ConfigError, DivergenceError, SolutionError, SolveInputError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED, baseline_log_t
 from flowlearn.models.laws import PermeabilityLaw, power_law_log_t
+from flowlearn.training.gauss_newton import GaussNewton, Residuals
 from flowlearn.training.metrics import (
     IMPROVEMENT,
     LOSS,
@@ -52,6 +53,7 @@ from flowlearn.training.metrics import (
     improvement,
     metric_name,
     training_loss,
+    training_residuals,
 )
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,9 @@ class FractureFlowModule(L.LightningModule):
             ``inputs`` attribute names the channels it reads.
         law: Transmissivity law turning log-aperture and raw correction into log-conductivity.
         solver: What ``solve_pressure`` takes as ``solver`` (an engine name or an engine).
-        optimizer: Factory ``optimizer(parameters) -> torch.optim.Optimizer`` (a Hydra ``_partial_``).
+        optimizer: Factory ``optimizer(parameters) -> torch.optim.Optimizer`` (a Hydra ``_partial_``). One that makes
+            a :class:`~flowlearn.training.gauss_newton.GaussNewton` switches to manual optimisation: each training
+            batch is one Levenberg–Marquardt step on the residuals of its loss (:meth:`residuals_of`).
         cache_size: Fractures whose problems (and so engine factors) are kept between visits.
         training_statistics: [min, max] of each aperture statistic over the training split
             (:mod:`flowlearn.data.statistics`), kept in checkpoints with the correction's inputs.
@@ -136,7 +140,15 @@ class FractureFlowModule(L.LightningModule):
         )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.optimizer_factory(self.parameters())
+        optimizer = self.optimizer_factory(self.parameters())
+        # Gauss–Newton steps need the residuals, not a scalar loss to backpropagate: the module steps it itself.
+        self.automatic_optimization = not isinstance(optimizer, GaussNewton)
+        if not self.automatic_optimization and self.trainer.world_size > 1:
+            raise ConfigError(
+                "optimizer=gauss_newton runs in one process: its steps need the residuals of the whole batch, "
+                f"which {self.trainer.world_size} processes would split; use trainer=default"
+            )
+        return optimizer
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint[TRAINING_DATA] = {
@@ -313,6 +325,37 @@ class FractureFlowModule(L.LightningModule):
 
     # -- steps -------------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _masks(problems: list[DarcyProblem], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``active`` and ``free`` masks of the problems, bool (B, *shape): the loss's pixels and the metrics'."""
+        return tuple(
+            torch.stack([torch.from_numpy(getattr(p, mask)) for p in problems]).to(device)
+            for mask in ("active", "free")
+        )
+
+    def residuals_of(self, batch: dict, params: list[nn.Parameter]) -> Residuals:
+        """The residuals r of the training loss on ``batch`` (``‖r‖²`` is the loss :meth:`_step` logs; see
+        :func:`~flowlearn.training.metrics.training_residuals`) as a function of the values of ``params``, which
+        are this module's parameters in any order: r(values) float64 (m,), differentiable by ``torch.func``."""
+        names = {id(p): name for name, p in self.named_parameters()}
+        keys = [names[id(p)] for p in params]
+        reference = batch["pressure"].to(torch.float64)
+        reference_flow_rate = batch["flow_rate"].to(torch.float64)
+        active, _ = self._masks(self._problems_of(batch), reference.device)
+
+        def residuals(values: tuple[torch.Tensor, ...]) -> torch.Tensor:
+            fields = torch.func.functional_call(self, dict(zip(keys, values)), (batch,))
+            return training_residuals(
+                fields["pressure"],
+                reference,
+                active,
+                fields["flow_rate"],
+                reference_flow_rate,
+                self.flow_rate_weight,
+            )
+
+        return residuals
+
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         problems = self._problems_of(batch)
         try:
@@ -325,10 +368,7 @@ class FractureFlowModule(L.LightningModule):
         predicted = fields["pressure"]
         reference = batch["pressure"].to(torch.float64)
         reference_flow_rate = batch["flow_rate"].to(torch.float64)
-        active, free = (
-            torch.stack([torch.from_numpy(getattr(p, mask)) for p in problems]).to(reference.device)
-            for mask in ("active", "free")
-        )
+        active, free = self._masks(problems, reference.device)
         # The pressure term is the original work's, over every active pixel; the metrics leave out the fixed heads
         # of the inlet and outlet columns, which no model changes.
         loss = training_loss(
@@ -363,12 +403,14 @@ class FractureFlowModule(L.LightningModule):
         return loss
 
     def _diverged(self, what: str) -> DivergenceError:
-        """The error of a run that diverged, naming the learning rate to lower."""
+        """The error of a run that diverged, naming the learning rate to lower (the damping to raise, for
+        Gauss–Newton)."""
         optimizers = self.trainer.optimizers if self._trainer is not None else []
-        lr = f" (now {optimizers[0].param_groups[0]['lr']:g})" if optimizers else ""
+        key, advice = ("damping", "raise") if not self.automatic_optimization else ("lr", "lower")
+        now = f" (now {optimizers[0].param_groups[0][key]:g})" if optimizers else ""
         return DivergenceError(
-            f"training diverged at epoch {self.current_epoch}, step {self.global_step}: {what}; lower "
-            f"optimizer.lr{lr}"
+            f"training diverged at epoch {self.current_epoch}, step {self.global_step}: {what}; {advice} "
+            f"optimizer.{key}{now}"
         )
 
     def _check_divergence(self) -> None:
@@ -401,7 +443,14 @@ class FractureFlowModule(L.LightningModule):
             metric.reset()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")
+        if self.automatic_optimization:
+            return self._step(batch, "train")
+        # Gauss–Newton: the loss logged is that of the parameters before the step, as for a gradient step.
+        with torch.no_grad():
+            loss = self._step(batch, "train")
+        optimizer = self.optimizers()
+        optimizer.step(residuals=self.residuals_of(batch, optimizer.optimizer.params))
+        return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._step(batch, "val")
