@@ -23,7 +23,12 @@ from flowlearn.data.datamodule import FractureDataModule
 from flowlearn.errors import ConfigError
 from flowlearn.models import LocalCubicLaw, PixelCorrection
 from flowlearn.training.gauss_newton import GaussNewton, linearize
-from flowlearn.training.metrics import training_loss, training_residuals
+from flowlearn.training.metrics import (
+    DEPARTURE_ERR,
+    fracture_metrics,
+    pressure_scale,
+    training_loss,
+)
 from flowlearn.training.module import FractureFlowModule
 
 SHAPE = (8, 9)
@@ -220,11 +225,29 @@ def test_refuses_several_processes():
         module.configure_optimizers()
 
 
-def test_training_residuals_match_the_loss_without_flow_rates():
-    predicted = torch.rand(3, 4, 5, dtype=torch.float64)
-    reference = torch.rand(3, 4, 5, dtype=torch.float64)
-    active = torch.rand(3, 4, 5) > 0.3
+def test_training_loss_is_the_mean_per_fracture_mse_or_departure_error():
+    generator = torch.Generator().manual_seed(3)
+    predicted = torch.rand(3, 4, 5, dtype=torch.float64, generator=generator)
+    reference = torch.rand(3, 4, 5, dtype=torch.float64, generator=generator)
+    active = torch.rand(3, 4, 5, generator=generator) > 0.3
+    active[:, :, [0, -1]] = True
     nan = torch.full((3,), math.nan, dtype=torch.float64)
-    r = training_residuals(predicted, reference, active, nan, nan, 0.0)
-    loss = training_loss(predicted, reference, active, nan, nan, 0.0)
-    assert float(r.square().sum()) == pytest.approx(float(loss), rel=1e-13)
+    inlet, outlet = torch.full((3,), 2.0, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    # Each fracture's MSE and departure error from the arrays, one fracture at a time.
+    line = 2.0 - np.arange(5) / 4
+    mse, departure = [], []
+    for p, q, a in zip(predicted.numpy(), reference.numpy(), active.numpy()):
+        squared = ((p - q)[a] ** 2).sum()
+        mse.append(squared / a.sum())
+        departure.append(squared / ((q - line)[a] ** 2).sum())
+    for kind, expected in (("mse", np.mean(mse)), ("departure", np.mean(departure))):
+        scale = pressure_scale(kind, reference, active, inlet, outlet)
+        loss = training_loss(predicted, reference, active, nan, nan, 0.0, scale)
+        assert float(loss) == pytest.approx(expected, rel=1e-12), kind
+    # The departure error of the loss is fracture_metrics' over the same pixels.
+    scale = pressure_scale("departure", reference, active, inlet, outlet)
+    errors = fracture_metrics(predicted, reference, active, inlet, outlet, nan, nan)[DEPARTURE_ERR]
+    np.testing.assert_allclose(errors.numpy(), departure, rtol=1e-12)
+    assert float(training_loss(predicted, reference, active, nan, nan, 0.0, scale)) == pytest.approx(
+        float(errors.mean()), rel=1e-12
+    )

@@ -131,6 +131,7 @@ CONFIG_ROWS = [
     ("optimizer.lr=abc", "optimizer.lr must be > 0, got 'abc'"),
     ("optimizer=sgd optimizer.momentum=1.5", "optimizer.momentum must be a number in [0, 1), got 1.5"),
     ("optimizer=sgd optimizer.momentum=-0.1", "optimizer.momentum must be a number in [0, 1)"),
+    ("loss.pressure=rmse", "loss.pressure must be one of ['mse', 'departure'], got 'rmse'"),
     ("trainer.max_epochs=abc", "trainer.max_epochs must be a positive integer, got 'abc'"),
     ("trainer.max_epochs=0", "trainer.max_epochs must be a positive integer, got 0"),
     ("trainer.max_epochs=2.5", "trainer.max_epochs must be a positive integer, got 2.5"),

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from flowlearn.checks import is_integer, is_number
 from flowlearn.data.inputs import check_input_names
 from flowlearn.errors import ConfigError, UserErrorExit
+from flowlearn.training.metrics import PRESSURE_LOSSES
 
 
 def exit_with_user_error(error: BaseException) -> None:
@@ -176,6 +177,11 @@ def validate_config(cfg: DictConfig) -> None:
     )
     _number(cfg, "law.initial_exponent", -math.inf)
     _number(cfg, "loss.flow_rate_weight", 0, strict=False)
+    pressure = OmegaConf.select(cfg, "loss.pressure")
+    _check(
+        pressure is None or pressure in PRESSURE_LOSSES,
+        f"loss.pressure must be one of {list(PRESSURE_LOSSES)}, got {pressure!r}",
+    )
     # solver
     for key in ("solver.rtol", "solver.reltol"):
         _positive(cfg, key)

@@ -15,8 +15,9 @@ Per fracture, over its solved pixels less the fixed inlet and outlet columns (:d
 They are logged per stage as ``<stage>/<name>`` for the learned model and ``<stage>/<baseline>_<name>`` for each
 baseline of :mod:`flowlearn.models.baselines`, reduced over the fractures that have them (mean, or max for the
 max); a metric no fracture of the stage has is not logged. ``<stage>/improvement`` compares the mean error with
-the LCL's. The training loss ``train/loss`` is the pressure MSE over every active pixel (the original work's) plus,
-with a flow-rate weight, the mean squared relative flow-rate error (:func:`training_loss`).
+the LCL's. The training loss ``train/loss`` is the pressure MSE over every active pixel (the original work's), or
+each fracture's departure error (``loss.pressure=departure``), plus, with a flow-rate weight, the mean squared
+relative flow-rate error (:func:`training_loss`).
 """
 
 from __future__ import annotations
@@ -114,35 +115,34 @@ def fracture_metrics(
     }
 
 
-def training_loss(
-    predicted: torch.Tensor,
-    reference: torch.Tensor,
-    active: torch.Tensor,
-    predicted_flow_rate: torch.Tensor,
-    reference_flow_rate: torch.Tensor,
-    flow_rate_weight: float,
-) -> torch.Tensor:
-    """The training loss, a 0-d float64 tensor: the pressure MSE over every active pixel, averaged over fractures,
-    plus ``flow_rate_weight`` times the mean of ((Q̂ − Q)/Q)² over the fractures that have a reference flow rate.
+# How the pressure term of the training loss weighs each fracture (``loss.pressure``).
+PRESSURE_LOSSES = ("mse", "departure")
 
-    The weight balances a squared pressure error (heads 2 → 1: the LCL's MSE is about 1e-4 to 1e-3) against a
-    squared relative error (the LCL's flow rate is typically 10-40 % off in rough fractures). With a weight of 0 the
-    flow rates are not looked at.
+
+def pressure_scale(
+    kind: str, reference: torch.Tensor, active: torch.Tensor, inlet: torch.Tensor, outlet: torch.Tensor
+) -> torch.Tensor | None:
+    """The per-fracture divisor of the squared pressure errors in the training loss, float64 (B,), or None for 1.
+
+    - ``mse``: None, the pressure MSE of every active pixel (the original work's loss);
+    - ``departure``: the reference's mean squared departure from the straight line between the heads over the
+      active pixels, so that each fracture's term is its departure error (1 − R² of :data:`METRICS`, over the
+      active pixels): every fracture counts by how much of its own departure a model misses, where the MSE lets
+      the few fractures of large departure decide.
 
     Args:
-        predicted, reference: pressures, float64 (B, *shape); active: bool (B, *shape), at least one per fracture.
-        predicted_flow_rate, reference_flow_rate: (B,) float64, the reference NaN where absent.
-        flow_rate_weight: >= 0.
+        reference: float64 (B, *shape); active: bool (B, *shape); inlet, outlet: (B,) the heads.
     """
-    counts = active.flatten(1).sum(1)
-    squared = torch.where(active, predicted - reference, 0.0) ** 2
-    loss = (squared.flatten(1).sum(1) / counts).mean()
-    if flow_rate_weight:
-        known = torch.isfinite(reference_flow_rate)
-        if bool(known.any()):
-            relative = (predicted_flow_rate[known] - reference_flow_rate[known]) / reference_flow_rate[known]
-            loss = loss + flow_rate_weight * (relative**2).mean()
-    return loss
+    if kind == "mse":
+        return None
+    if kind != "departure":
+        raise ValueError(f"pressure loss must be one of {list(PRESSURE_LOSSES)}, got {kind!r}")
+    departure = torch.where(active, reference - linear_profile(reference, inlet, outlet), 0.0)
+    energy = (departure**2).flatten(1).sum(1) / active.flatten(1).sum(1)
+    # A reference that is the straight line leaves nothing to normalise by: its term is weighed as if it departed
+    # by a millionth of the head drop (the MSE scaled up by 1e12, never a division by zero).
+    floor = (1e-6 * (inlet - outlet).to(torch.float64)) ** 2
+    return torch.maximum(energy, floor)
 
 
 def training_residuals(
@@ -152,24 +152,59 @@ def training_residuals(
     predicted_flow_rate: torch.Tensor,
     reference_flow_rate: torch.Tensor,
     flow_rate_weight: float,
+    scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The training loss as a sum of squares: residuals r, float64 (m,), with ‖r‖² = :func:`training_loss` of the
-    same arguments (to round-off), for least-squares optimisers (:mod:`flowlearn.training.gauss_newton`).
+    """The training loss as a sum of squares: residuals r, float64 (m,), ‖r‖² = :func:`training_loss`.
 
-    First the pressure errors of every active pixel of each fracture b, scaled by 1/√(n_b·B) (n_b its active
-    pixels, B the fractures), then, with a flow-rate weight, √(weight/K)·(Q̂ − Q)/Q of each of the K fractures that
-    have a reference flow rate. Arguments as in :func:`training_loss`.
+    First the pressure errors of every active pixel of each fracture b, divided by √(n_b·B·s_b) (n_b its active
+    pixels, B the fractures, s_b its ``scale``, 1 when None); then, with a flow-rate weight, √(weight/K)·(Q̂ − Q)/Q
+    of each of the K fractures that have a reference flow rate. Least-squares optimisers
+    (:mod:`flowlearn.training.gauss_newton`) step on them directly.
+
+    Args:
+        predicted, reference: pressures, float64 (B, *shape); active: bool (B, *shape), at least one per fracture.
+        predicted_flow_rate, reference_flow_rate: (B,) float64, the reference NaN where absent.
+        flow_rate_weight: >= 0.
+        scale: (B,) float64 from :func:`pressure_scale`, or None.
     """
     batch = predicted.shape[0]
-    counts = active.flatten(1).sum(1)
-    scale = (counts * batch).to(predicted.dtype).rsqrt().view(-1, *[1] * (predicted.ndim - 1))
-    parts = [((predicted - reference) * scale)[active]]
+    divisor = active.flatten(1).sum(1).to(predicted.dtype) * batch
+    if scale is not None:
+        divisor = divisor * scale
+    weights = divisor.rsqrt().view(-1, *[1] * (predicted.ndim - 1))
+    parts = [((predicted - reference) * weights)[active]]
     if flow_rate_weight:
         known = torch.isfinite(reference_flow_rate)
         if bool(known.any()):
             relative = (predicted_flow_rate[known] - reference_flow_rate[known]) / reference_flow_rate[known]
             parts.append(relative * math.sqrt(flow_rate_weight / int(known.sum())))
     return torch.cat(parts)
+
+
+def training_loss(
+    predicted: torch.Tensor,
+    reference: torch.Tensor,
+    active: torch.Tensor,
+    predicted_flow_rate: torch.Tensor,
+    reference_flow_rate: torch.Tensor,
+    flow_rate_weight: float,
+    scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The training loss, a 0-d float64 tensor: the mean over fractures of each one's squared pressure error over
+    its active pixels (its MSE, divided by its ``scale`` where given: see :func:`pressure_scale`), plus
+    ``flow_rate_weight`` times the mean of ((Q̂ − Q)/Q)² over the fractures that have a reference flow rate.
+
+    The weight balances the pressure term against a squared relative error (the LCL's flow rate is typically
+    10-40 % off in rough fractures). With a weight of 0 the flow rates are not looked at. Arguments as in
+    :func:`training_residuals`.
+    """
+    return (
+        training_residuals(
+            predicted, reference, active, predicted_flow_rate, reference_flow_rate, flow_rate_weight, scale
+        )
+        .square()
+        .sum()
+    )
 
 
 def improvement(

@@ -46,12 +46,14 @@ from flowlearn.training.metrics import (
     LOSS,
     METRICS,
     MSE,
+    PRESSURE_LOSSES,
     REL_ERR_MEAN,
     STAGES,
     column,
     fracture_metrics,
     improvement,
     metric_name,
+    pressure_scale,
     training_loss,
     training_residuals,
 )
@@ -91,6 +93,8 @@ class FractureFlowModule(L.LightningModule):
             (:mod:`flowlearn.data.statistics`), kept in checkpoints with the correction's inputs.
         flow_rate_weight: Weight of the flow-rate term of the loss (:func:`~flowlearn.training.metrics.training_loss`);
             0 trains on pressures alone.
+        pressure_loss: How the loss's pressure term weighs each fracture, one of
+            :data:`~flowlearn.training.metrics.PRESSURE_LOSSES` (see :func:`~flowlearn.training.metrics.pressure_scale`).
 
     Logged per stage: the metrics of :mod:`flowlearn.training.metrics`, for the model and for every baseline.
     """
@@ -104,6 +108,7 @@ class FractureFlowModule(L.LightningModule):
         cache_size: int = 64,
         training_statistics: dict[str, list[float]] | None = None,
         flow_rate_weight: float = 0.0,
+        pressure_loss: str = "mse",
     ) -> None:
         super().__init__()
         self.correction = correction
@@ -113,6 +118,9 @@ class FractureFlowModule(L.LightningModule):
         self.cache_size = cache_size
         self.training_statistics = training_statistics or {}
         self.flow_rate_weight = float(flow_rate_weight)
+        if pressure_loss not in PRESSURE_LOSSES:
+            raise ValueError(f"pressure_loss must be one of {list(PRESSURE_LOSSES)}, got {pressure_loss!r}")
+        self.pressure_loss = pressure_loss
         # The ``power`` baseline's exponent, NaN until fitted; a buffer, so that checkpoints carry it.
         self.register_buffer("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
         self._problems: OrderedDict[str, DarcyProblem] = OrderedDict()
@@ -342,6 +350,7 @@ class FractureFlowModule(L.LightningModule):
         reference = batch["pressure"].to(torch.float64)
         reference_flow_rate = batch["flow_rate"].to(torch.float64)
         active, _ = self._masks(self._problems_of(batch), reference.device)
+        scale = self._pressure_scale(batch, reference, active)
 
         def residuals(values: tuple[torch.Tensor, ...]) -> torch.Tensor:
             fields = torch.func.functional_call(self, dict(zip(keys, values)), (batch,))
@@ -352,9 +361,16 @@ class FractureFlowModule(L.LightningModule):
                 fields["flow_rate"],
                 reference_flow_rate,
                 self.flow_rate_weight,
+                scale,
             )
 
         return residuals
+
+    def _pressure_scale(
+        self, batch: dict, reference: torch.Tensor, active: torch.Tensor
+    ) -> torch.Tensor | None:
+        heads = (batch["inlet_pressure"], batch["outlet_pressure"])
+        return pressure_scale(self.pressure_loss, reference, active, *heads)
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         problems = self._problems_of(batch)
@@ -372,7 +388,13 @@ class FractureFlowModule(L.LightningModule):
         # The pressure term is the original work's, over every active pixel; the metrics leave out the fixed heads
         # of the inlet and outlet columns, which no model changes.
         loss = training_loss(
-            predicted, reference, active, fields["flow_rate"], reference_flow_rate, self.flow_rate_weight
+            predicted,
+            reference,
+            active,
+            fields["flow_rate"],
+            reference_flow_rate,
+            self.flow_rate_weight,
+            self._pressure_scale(batch, reference, active),
         )
         if not torch.isfinite(loss):
             if self.global_step:

@@ -119,6 +119,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         optimizer=instantiate(cfg.optimizer),
         training_statistics=statistics,
         flow_rate_weight=weight,
+        pressure_loss=OmegaConf.select(cfg, "loss.pressure", default="mse"),
     )
 
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
