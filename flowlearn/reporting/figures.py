@@ -474,9 +474,8 @@ def plot_baselines(splits: Mapping[str, HeldOut]) -> Figure:
             if COMPARED in result.metrics:
                 lcl = result.median(COMPARED, metric)
                 ax.hlines(lcl, s - 0.45, s + 0.45, colors="0.2", linestyles="--", lw=1)
-        ax.set_xticks(
-            range(len(splits)), [f"{split}\n({len(r.names)} fractures)" for split, r in splits.items()]
-        )
+        ax.set_xticks(range(len(splits)), [f"{split} ({len(r.names)})" for split, r in splits.items()])
+        ax.set_xlabel("split (fractures)")
         ax.set_ylabel(f"median {title}")
         ax.set_yscale("log")
     axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
