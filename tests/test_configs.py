@@ -103,7 +103,16 @@ def test_every_option_composes_and_instantiates(tmp_path, group, option):
         assert instantiate(cfg[group]) is not None
 
 
-@pytest.mark.parametrize("option", sorted(p.stem for p in (CONFIGS / "solver").glob("*.yaml")))
+# The default solver=cpu trains in CI; each other engine trains under -m slow (about 10 s each, mostly a run's
+# start-up): their solves and gradients are checked directly in test_solve.py and test_derivatives.py, and their
+# configs are instantiated by test_every_option_composes_and_instantiates.
+@pytest.mark.parametrize(
+    "option",
+    [
+        pytest.param(stem, marks=() if stem == "cpu" else pytest.mark.slow)
+        for stem in sorted(p.stem for p in (CONFIGS / "solver").glob("*.yaml"))
+    ],
+)
 def test_a_composed_run_trains_with_every_available_solver(tmp_path, option):
     if not _solver_available(option):
         pytest.skip(f"solver={option} cannot run on this machine")

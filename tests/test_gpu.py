@@ -45,8 +45,8 @@ def _problem_2d(shape=(14, 17), seed=0) -> DarcyProblem:
     return DarcyProblem(base.grid, fixed, values, sources=sources, active=base.active)
 
 
-def _problem_3d() -> DarcyProblem:
-    grid = Grid((0, 0, 0), (1, 2, 1), (5, 4, 3))
+def _problem_3d(shape: tuple[int, int, int] = (5, 4, 3)) -> DarcyProblem:
+    grid = Grid((0, 0, 0), (1, 2, 1), shape)
     fixed = np.zeros(grid.shape, dtype=bool)
     fixed[..., 0] = fixed[..., -1] = True
     active = np.ones(grid.shape, dtype=bool)
@@ -172,7 +172,8 @@ def test_torch_engine_agrees_with_the_cpu_direct_solver(make_problem):
 
 @pytest.mark.parametrize("make_problem", [_problem_2d, _problem_3d], ids=["2d", "3d"])
 def test_torch_engine_gradcheck_and_gradgradcheck(make_problem):
-    problem = _problem_2d(shape=(5, 6), seed=3) if make_problem is _problem_2d else make_problem()
+    # Small problems: gradgradcheck's finite differences cost (inputs × outputs) solves.
+    problem = _problem_2d(shape=(5, 6), seed=3) if make_problem is _problem_2d else make_problem((3, 3, 3))
     active = torch.from_numpy(problem.active)
     solver = _exact_pcg_solver()
     shape = (1, *problem.grid.shape)  # batches are covered in test_batch.py

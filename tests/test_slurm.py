@@ -88,6 +88,8 @@ def table_row(report: str, run: str) -> str:
     return rows[0]
 
 
+# Slow (~1 min): a two-run sweep through SLURM; the failed-run test below submits a sweep and reports it in CI.
+@pytest.mark.slow
 def test_sweep_runs_one_slurm_job_per_run_and_the_report_shows_both(cluster, dataset, tmp_path):
     result = sweep(
         cluster, tmp_path, f"data.path={dataset}", "model.channels=4", "seed=1,2", "trainer.max_epochs=2"
@@ -144,7 +146,7 @@ def test_a_failed_run_is_reported_with_its_error_and_the_other_run_finishes(clus
     assert "| failed: error: optimizer.lr must be > 0, got -1; log: " in table_row(table, "1")
 
 
-# Slow (~1 min): two SLURM tasks joining a process group; test_train.py checks DDP on two processes in CI.
+# Slow (~1 min): two SLURM tasks joining a process group (test_train.py's DDP test runs without SLURM).
 @pytest.mark.slow
 def test_ddp_over_two_slurm_tasks_matches_one_process(cluster, dataset, tmp_path):
     # Full-batch steps: one process with batch 6, or two with batch 3 each -- the same mean gradient, and the

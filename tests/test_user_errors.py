@@ -18,6 +18,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 from test_configs import _compose
 from test_train import ROOT
 
@@ -132,6 +133,12 @@ CONFIG_ROWS = [
     ("optimizer=sgd optimizer.momentum=1.5", "optimizer.momentum must be a number in [0, 1), got 1.5"),
     ("optimizer=sgd optimizer.momentum=-0.1", "optimizer.momentum must be a number in [0, 1)"),
     ("loss.pressure=rmse", "loss.pressure must be one of ['mse', 'departure'], got 'rmse'"),
+    ("loss.flow_rate_weight=-1", "loss.flow_rate_weight must be a number >= 0, got -1"),
+    # The good file's fractures carry no flow rate; 2 of its 4 fall in the training split.
+    (
+        "loss.flow_rate_weight=0.01",
+        "loss.flow_rate_weight=0.01 trains on flow rates, but 2 of the 2 training",
+    ),
     ("trainer.max_epochs=abc", "trainer.max_epochs must be a positive integer, got 'abc'"),
     ("trainer.max_epochs=0", "trainer.max_epochs must be a positive integer, got 0"),
     ("trainer.max_epochs=2.5", "trainer.max_epochs must be a positive integer, got 2.5"),
@@ -158,6 +165,11 @@ CONFIG_ROWS = [
     ("optimizer.lr=nan", "optimizer.lr"),
     ("seed=${nope}", "Interpolation key 'nope' not found full_key: seed"),
     ("solver.rtol=0.5", "solver.rtol"),
+    pytest.param(
+        "solver=gpu",
+        "solver=gpu needs a CUDA GPU",
+        marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present"),
+    ),
 ]
 
 # Overrides that point at a file: {name} is a file of the `files` fixture, {tmp} a fresh folder.
