@@ -46,7 +46,6 @@ from flowlearn.training.metrics import (
     LOSS,
     METRICS,
     MSE,
-    PRESSURE_LOSSES,
     REL_ERR_MEAN,
     STAGES,
     column,
@@ -118,8 +117,7 @@ class FractureFlowModule(L.LightningModule):
         self.cache_size = cache_size
         self.training_statistics = training_statistics or {}
         self.flow_rate_weight = float(flow_rate_weight)
-        if pressure_loss not in PRESSURE_LOSSES:
-            raise ValueError(f"pressure_loss must be one of {list(PRESSURE_LOSSES)}, got {pressure_loss!r}")
+        # Checked where it is used, by metrics.pressure_scale (and for users by the config checks).
         self.pressure_loss = pressure_loss
         # The ``power`` baseline's exponent, NaN until fitted; a buffer, so that checkpoints carry it.
         self.register_buffer("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
