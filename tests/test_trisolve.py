@@ -126,6 +126,8 @@ def test_training_loop_through_tree_solves_matches_cholmod():
             plain.solve_system(plain.prepared(problem), 0, "state", matrix, rhs),
             rtol=1e-10,
         )
-    assert tree.stats.pcg_solves == 3 and tree.stats.factorizations == 1
+    # The first field gets CHOLMOD's quick factor, the second the thorough one (split into a tree), which then
+    # preconditions the last two.
+    assert tree.stats.pcg_solves == 2 and tree.stats.factorizations == 2
     (slot,) = tree.prepared(problem).slots.values()
     assert (slot.factor._tree is not None) == (usable_cores() > 1)

@@ -46,9 +46,12 @@ if TYPE_CHECKING:
 
 
 class Factor(ABC):
-    """An (approximate) inverse of one matrix. ``exact`` is True when ``apply`` solves with it to round-off."""
+    """An (approximate) inverse of one matrix. ``exact`` is True when ``apply`` solves with it to round-off;
+    ``reusable`` is False for a factor made quickly for its own matrix alone, which the next matrix replaces rather
+    than iterate with."""
 
     exact: bool
+    reusable: bool = True
 
     @abstractmethod
     def apply(self, rhs: np.ndarray) -> np.ndarray:
@@ -184,7 +187,7 @@ class FactorEngine(Engine):
 
     def _budget(self, state: FactorState, entry: _Slot) -> int:
         """CG iterations worth spending with the slot's old factor (0: refactor right away)."""
-        if not self.reuse or entry.factor is None:
+        if not self.reuse or entry.factor is None or not entry.factor.reusable:
             return 0
         if not entry.factor.exact:
             return self.max_iter
