@@ -115,7 +115,7 @@ def triangular_solves(shape: tuple[int, int], repeats: int = 15) -> dict:
     result = {"grid": f"{shape[0]}x{shape[1]}"}
     solutions = []
     for name, entries in [("cholmod", None), ("tree", 0)]:
-        engine = CholmodEngine(tree_solve_entries=entries, quick_first=False)
+        engine = CholmodEngine(tree_solve_entries=entries, quick_one_offs=False)
         factor = engine.factorize(matrix, engine.analyze(matrix))
         times = []
         for _ in range(repeats):

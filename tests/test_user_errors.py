@@ -154,7 +154,7 @@ CONFIG_ROWS = [
         "callbacks.model_checkpoint.every_n_epochs=0",
         "callbacks.model_checkpoint.every_n_epochs must be a positive",
     ),
-    ("callbacks.figures.every_n_epochs=abc", "callbacks.figures.every_n_epochs must be a positive integer"),
+    ("callbacks.figures.every_n_epochs=abc", "callbacks.figures.every_n_epochs must be an integer >= 0"),
     ("callbacks.figures.max_overhead=-1", "callbacks.figures.max_overhead must be a number >= 0"),
     # Hydra's own errors: misspelt keys, unknown options, malformed overrides.
     ("optimizer.lrr=0.1", "Could not override 'optimizer.lrr'"),

@@ -32,7 +32,7 @@ class AMGEngine(FactorEngine):
     name = "amg"
     exact = False
 
-    def factorize(self, matrix: sp.csc_matrix, symbolic: Any) -> Factor:
+    def factorize(self, matrix: sp.csc_matrix, symbolic: Any, expect_reuse: bool = True) -> Factor:
         import pyamg
 
         # 'local' weighting of the prolongation smoother avoids pyamg's randomised spectral-radius estimate, so

@@ -32,7 +32,6 @@ class _CholmodAnalysis:
     quick: Any = None  # the scikit-sparse Factor of the quick analysis (approximate minimum degree, supernodal)
     thorough: Any = None  # the one of the thorough analysis (nested dissection), made on first use
     simplicial: bool = False  # the kind of the thorough factor
-    factorizations: int = 0
     tree_plan: TreePlan | None = None  # made from the first simplicial numeric factor
     tree_useless: bool = False  # set once a factor of this pattern proved too small to share
 
@@ -41,11 +40,12 @@ class CholmodEngine(FactorEngine):
     """Sparse Cholesky from SuiteSparse CHOLMOD (scikit-sparse 0.4.16); the ordering and factor type follow the
     grid size and how often the pattern has been factored.
 
-    The first factorisation of a pattern -- all that a one-off solve needs -- uses CHOLMOD's quick analysis,
-    approximate minimum degree and a supernodal factor: the nested-dissection analysis below costs more than a
-    whole factorisation on small grids (0.4 s against 0.12 s at 256x260). That factor serves its own matrix (the
-    forward solve and its adjoint). The next matrix of the pattern shows a training loop or a sweep, and is factored
-    after the thorough analysis, computed once per pattern; its factors then precondition the matrices after it:
+    A matrix not expected to be reused -- a one-off solve, the first of a training loop, one far from the last --
+    is factored after CHOLMOD's quick analysis, approximate minimum degree and a supernodal factor: the
+    nested-dissection analysis below costs more than a whole factorisation on small grids (0.4 s against 0.12 s at
+    256x260). That factor serves its own matrix (the forward solve and its adjoint). A matrix close to the last one
+    shows a training loop, and is factored after the thorough analysis, computed once per pattern, whose factors
+    then precondition the matrices after it:
 
     * up to ``simplicial_limit`` unknowns a simplicial LDL^T, whose triangular solves run about twice as fast as
       the supernodal ones -- and solves are what a training loop spends its time on once factors are reused.
@@ -61,7 +61,8 @@ class CholmodEngine(FactorEngine):
     Args:
         simplicial_limit: Largest number of unknowns factored as a simplicial LDL^T.
         tree_solve_entries: Fewest factor entries for which solves are shared among the cores (None: never).
-        quick_first: Factor a pattern's first matrix after the quick analysis (False: always the thorough one).
+        quick_one_offs: Factor a matrix not expected to be reused after the quick analysis (False: always the
+            thorough one).
         **options: Reuse and tolerance options of :class:`~flowlearn.engines.factor.FactorEngine`.
 
     Raises:
@@ -75,7 +76,7 @@ class CholmodEngine(FactorEngine):
         self,
         simplicial_limit: int = 1_500_000,
         tree_solve_entries: int | None = 3_000_000,
-        quick_first: bool = True,
+        quick_one_offs: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -89,17 +90,15 @@ class CholmodEngine(FactorEngine):
         self._cholmod = cholmod
         self.simplicial_limit = simplicial_limit
         self.tree_solve_entries = tree_solve_entries
-        self.quick_first = quick_first
+        self.quick_one_offs = quick_one_offs
 
     def analyze(self, matrix: sp.csc_matrix) -> _CholmodAnalysis:
         # Nothing yet: which analysis a pattern needs shows at its factorisations.
         return _CholmodAnalysis()
 
-    def factorize(self, matrix: sp.csc_matrix, symbolic: _CholmodAnalysis) -> Factor:
+    def factorize(self, matrix: sp.csc_matrix, symbolic: _CholmodAnalysis, expect_reuse: bool = True) -> Factor:
         analysis = symbolic
-        quick = self.quick_first and analysis.factorizations == 0
-        analysis.factorizations += 1
-        if quick:
+        if self.quick_one_offs and not expect_reuse:
             if analysis.quick is None:
                 analysis.quick = self._cholmod.analyze(matrix, mode="supernodal", ordering_method="amd")
             factor = self._numeric(analysis.quick, matrix)

@@ -27,7 +27,7 @@ class SuperLUEngine(FactorEngine):
     name = "superlu"
     exact = True
 
-    def factorize(self, matrix: sp.csc_matrix, symbolic: Any) -> Factor:
+    def factorize(self, matrix: sp.csc_matrix, symbolic: Any, expect_reuse: bool = True) -> Factor:
         # A symmetric ordering and no pivoting suit an SPD matrix; the defaults (COLAMD, partial pivoting) do not.
         lu = spla.splu(
             matrix, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True}

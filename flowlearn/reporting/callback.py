@@ -3,7 +3,7 @@
 Files go to ``<run dir>/figures/``:
 
 - ``epoch_000/`` before the first step (the starting correction), then ``epoch_<n>/`` after epoch n when a periodic
-  render is due: the learned correction, pressures and pixel-wise errors of one fracture (the first test
+  render is due (neither with ``every_n_epochs=0``): the learned correction, pressures and pixel-wise errors of one fracture (the first test
   fracture, else validation, else training; see :func:`flowlearn.reporting.figures.showcase`);
 - at the end of fitting, the full set (:func:`flowlearn.reporting.figures.figure_set`) in ``figures/`` itself: aperture,
   correction, pressure, error, the curves of ``metrics.csv`` (CSV logger) and the held-out gallery.
@@ -44,7 +44,7 @@ class FigureCallback(L.Callback):
     """Write figures every ``every_n_epochs`` epochs (within the ``max_overhead`` budget) and at the end of fit.
 
     Args:
-        every_n_epochs: epochs between periodic renders; 0 renders only before and after training.
+        every_n_epochs: epochs between periodic renders; 0 renders only the final set, after training.
         max_overhead: largest ratio of the periodic renders' time to the training time (0.05 = 5%; 0 renders only
             before and after training).
         gallery_size: held-out fractures in the final gallery.
@@ -78,7 +78,7 @@ class FigureCallback(L.Callback):
     # -- hooks ----------------------------------------------------------------------------------------------
 
     def on_train_start(self, trainer: L.Trainer, pl_module: FractureFlowModule) -> None:
-        if trainer.is_global_zero:
+        if trainer.is_global_zero and self.every_n_epochs:
             # A resumed run starts with current_epoch epochs done.
             self._estimate = self._render_progress(trainer, pl_module, trainer.current_epoch)
         self.spent_s = 0.0

@@ -52,7 +52,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class EpochCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` that also writes ``last.ckpt`` at the end of every epoch, improved or not.
+    """``ModelCheckpoint`` that also writes ``last.ckpt`` at the end of every ``every_n_epochs``-th epoch (and of the
+    last), improved or not.
 
     Each checkpoint also carries the epoch's ``train/*`` row of ``metrics.csv`` (state key ``epoch_row``):
     Lightning logs that row only after the epoch's checkpoints are written, so a run killed in between would
@@ -82,7 +83,10 @@ class EpochCheckpoint(ModelCheckpoint):
 
     def _ensure_last(self, trainer: L.Trainer) -> None:
         fitting = trainer.state.fn == "fit" and not trainer.sanity_checking and not trainer.fast_dev_run
-        if self.save_last and fitting and self._last_saved_step != trainer.global_step:
+        # Every ``every_n_epochs`` epochs, as Lightning's own saves, and after the last epoch.
+        epochs = trainer.current_epoch + 1
+        due = epochs % max(self._every_n_epochs, 1) == 0 or epochs == trainer.max_epochs
+        if self.save_last and fitting and due and self._last_saved_step != trainer.global_step:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:

@@ -215,7 +215,7 @@ def validate_config(cfg: DictConfig) -> None:
     # callbacks
     _integer(cfg, "callbacks.model_checkpoint.save_top_k", low=-1)
     _positive(cfg, "callbacks.model_checkpoint.every_n_epochs", integer=True)
-    _positive(cfg, "callbacks.figures.every_n_epochs", integer=True)
+    _integer(cfg, "callbacks.figures.every_n_epochs", low=0)
     _number(cfg, "callbacks.figures.max_overhead", 0, strict=False)
     checkpoint = OmegaConf.select(cfg, "ckpt_path")
     if checkpoint is not None:
