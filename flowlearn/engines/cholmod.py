@@ -29,8 +29,10 @@ class _CholmodFactor(Factor):
 
 @dataclass
 class _CholmodAnalysis:
-    quick: Any = None  # the scikit-sparse Factor of the quick analysis (approximate minimum degree, supernodal)
-    thorough: Any = None  # the one of the thorough analysis (nested dissection), made on first use
+    # scikit-sparse Factors holding the analyses: quick (approximate minimum degree, supernodal) and thorough
+    # (nested dissection), each made on first use.
+    quick: Any = None
+    thorough: Any = None
     simplicial: bool = False  # the kind of the thorough factor
     tree_plan: TreePlan | None = None  # made from the first simplicial numeric factor
     tree_useless: bool = False  # set once a factor of this pattern proved too small to share
@@ -96,7 +98,9 @@ class CholmodEngine(FactorEngine):
         # Nothing yet: which analysis a pattern needs shows at its factorisations.
         return _CholmodAnalysis()
 
-    def factorize(self, matrix: sp.csc_matrix, symbolic: _CholmodAnalysis, expect_reuse: bool = True) -> Factor:
+    def factorize(
+        self, matrix: sp.csc_matrix, symbolic: _CholmodAnalysis, expect_reuse: bool = True
+    ) -> Factor:
         analysis = symbolic
         if self.quick_one_offs and not expect_reuse:
             if analysis.quick is None:
