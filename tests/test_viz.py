@@ -243,10 +243,13 @@ def test_curves_plot_the_logged_metrics(run):
         epochs, values = metric_series(columns, column)
         np.testing.assert_array_equal(lines[label].get_xdata(), epochs)
         np.testing.assert_array_equal(lines[label].get_ydata(), values)
+    # The LCL does not learn: its metric is logged at the first validation only and drawn as held to the last.
+    (lcl_epoch,), (lcl,) = metric_series(columns, "val/lcl_rel_err_mean")
+    val_epochs, _ = metric_series(columns, "val/rel_err_mean")
+    assert len(val_epochs) > 1 and lcl_epoch == val_epochs[0]
     assert lines["val, LCL"].get_linestyle() == "--"
-    np.testing.assert_array_equal(
-        lines["val, LCL"].get_ydata(), metric_series(columns, "val/lcl_rel_err_mean")[1]
-    )
+    np.testing.assert_array_equal(lines["val, LCL"].get_xdata(), [lcl_epoch, val_epochs[-1]])
+    np.testing.assert_array_equal(lines["val, LCL"].get_ydata(), [lcl, lcl])
     assert loss_ax.get_yscale() == "log"
     assert error_ax.get_ylabel() == "|p̂ − p|/p (%)"
 

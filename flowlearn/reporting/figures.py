@@ -280,15 +280,21 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
 
     Left: the loss of training and the MSE of validation, with the LCL's validation MSE dashed. Right: the mean
     relative pressure error (%) of each logged stage, with the LCL's dashed in the same colour. Test metrics,
-    logged once, are single markers.
+    logged once, are single markers. A baseline's training and validation metrics are logged when they change, and
+    hold until the next value: a step line to the stage's last epoch.
     """
     fig = Figure(figsize=(10.5, 3.8), layout="compressed")
     loss_ax, error_ax = fig.subplots(1, 2)
     colours = dict(zip(STAGES, ("C0", "C1", "C2")))
 
-    def draw(ax: Axes, name: str, label: str, **style) -> None:
+    def draw(ax: Axes, name: str, label: str, until: str | None = None, **style) -> None:
         if name in columns and np.isfinite(columns[name]).any():
             epochs, values = metric_series(columns, name)
+            stage_epochs = metric_series(columns, until)[0] if until in columns else epochs
+            last = stage_epochs.max() if stage_epochs.size else epochs[-1]
+            if last > epochs[-1]:
+                epochs, values = np.append(epochs, last), np.append(values, values[-1])
+                style = {**style, "drawstyle": "steps-post"}
             if len(values) == 1:
                 # A metric logged once (test, after training) is a point: filled for the model, open for the law.
                 dashed = style.get("linestyle") == "--"
@@ -298,13 +304,21 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
     draw(loss_ax, LOSS, "train loss", color=colours["train"])
     for stage in HELD_OUT:
         draw(loss_ax, column(stage, MSE), f"{stage} MSE", color=colours[stage])
-        draw(loss_ax, column(stage, MSE, COMPARED), f"{stage} MSE, LCL", color=colours[stage], linestyle="--")
+        draw(
+            loss_ax,
+            column(stage, MSE, COMPARED),
+            f"{stage} MSE, LCL",
+            until=column(stage, MSE),
+            color=colours[stage],
+            linestyle="--",
+        )
     for stage in STAGES:
         draw(error_ax, column(stage, REL_ERR_MEAN), f"{stage}, learned", color=colours[stage])
         draw(
             error_ax,
             column(stage, REL_ERR_MEAN, COMPARED),
             f"{stage}, LCL",
+            until=column(stage, REL_ERR_MEAN),
             color=colours[stage],
             linestyle="--",
         )

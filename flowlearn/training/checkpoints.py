@@ -170,8 +170,9 @@ class RunCSVLogger(CSVLogger):
 
         Rows of later epochs were logged by the process that was stopped after that checkpoint, and the
         resumed run logs those epochs again. ``epoch_rows`` (carried by the checkpoint) are added where
-        ``metrics.csv`` lacks a row of the same epoch and columns, i.e. where the run was stopped before
-        logging them.
+        ``metrics.csv`` has no row of the same epoch with any of their columns, i.e. where the run was stopped
+        before logging them. (A logged row may hold fewer columns: a baseline's metrics are logged only when they
+        change.)
         """
         if self._experiment is not None:
             raise RuntimeError("resume() must be called before anything is logged")
@@ -180,7 +181,7 @@ class RunCSVLogger(CSVLogger):
         for extra in epoch_rows:
             names = set(extra) - {"epoch", "step"}
             same_epoch = [row for row in self._history if int(float(row["epoch"])) == extra["epoch"]]
-            if not any(all(row.get(name) for name in names) for row in same_epoch):
+            if not any(row.get(name) for row in same_epoch for name in names):
                 self._history.append({name: str(value) for name, value in extra.items()})
                 self._header = sorted(set(self._header) | set(extra))
 

@@ -69,6 +69,8 @@ TRAINING_DATA = "training_data"
 # The range searched for the ``power`` baseline's exponent a (T ∝ Ap^a; 3 is the LCL), and the search's tolerance.
 POWER_EXPONENT_BOUNDS = (0.0, 6.0)
 POWER_EXPONENT_TOLERANCE = 0.01
+# The names (without stage) of the baselines' metrics.
+_BASELINE_METRICS = frozenset(metric_name(m.name, b) for b in BASELINE_NAMES for m in METRICS)
 
 
 def as_batch(item: dict) -> dict:
@@ -125,6 +127,9 @@ class FractureFlowModule(L.LightningModule):
         self._baseline_problems: OrderedDict[str, DarcyProblem] = OrderedDict()
         # Per fracture (problem key), per baseline, per metric: the value, computed once (a few floats each).
         self._baseline_metrics: dict[str, dict[str, dict[str, float]]] = {}
+        # The value of each baseline metric of training and validation when last logged, by column: the baselines
+        # do not learn, so their metrics repeat epoch after epoch, and are logged again only when they change.
+        self._logged_baselines: dict[str, float] = {}
         # Training loss of the current epoch (summed over fractures) and the lowest epoch mean so far.
         self._epoch_losses: list[float] = []
         self._epoch_fractures = 0
@@ -457,10 +462,23 @@ class FractureFlowModule(L.LightningModule):
             values = {name: metric.compute() for name, metric in metrics.items()}
         values[IMPROVEMENT] = improvement(values[REL_ERR_MEAN], values[metric_name(REL_ERR_MEAN, COMPARED)])
         for name, value in values.items():
-            if torch.isfinite(value):
+            if torch.isfinite(value) and not self._repeated_baseline(stage, name, float(value)):
                 self.log(f"{stage}/{name}", value, prog_bar=column(stage, name) == column("val", MSE))
         for metric in metrics.values():
             metric.reset()
+
+    def _repeated_baseline(self, stage: str, name: str, value: float) -> bool:
+        """Whether ``name`` is a baseline's metric of the fit (train or val) already logged with ``value``. Each
+        ``self.log`` call costs Lightning about a millisecond, and the baselines' are two thirds of them: half the
+        per-epoch time of a one-step epoch (experiment=paper). The sanity check's values are not logged."""
+        if stage == "test" or name not in _BASELINE_METRICS:
+            return False
+        key = column(stage, name)
+        if self._logged_baselines.get(key) == value:
+            return True
+        if not self.trainer.sanity_checking:
+            self._logged_baselines[key] = value
+        return False
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         if self.automatic_optimization:
