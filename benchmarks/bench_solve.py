@@ -354,7 +354,14 @@ def main() -> None:
             )
 
     if not args.skip_one_off:
-        header("grid", "flowlearn (s)", "CHOLMOD (s)", "spsolve (s)", "pyamg RS-PCG (s)", "flowlearn vs the best other")
+        header(
+            "grid",
+            "flowlearn (s)",
+            "CHOLMOD (s)",
+            "spsolve (s)",
+            "pyamg RS-PCG (s)",
+            "flowlearn vs the best other",
+        )
         for shape, repeats in [((256, 260), 3), ((1024, 1024), 1)]:
             r = one_off(shape, repeats)
             best = min(r["cholmod"], r["spsolve"], r["pyamg"])
