@@ -3,8 +3,9 @@
 Files go to ``<run dir>/figures/``:
 
 - ``epoch_000/`` before the first step (the starting correction), then ``epoch_<n>/`` after epoch n when a periodic
-  render is due (neither with ``every_n_epochs=0``): the learned correction, pressures and pixel-wise errors of one fracture (the first test
-  fracture, else validation, else training; see :func:`flowlearn.reporting.figures.showcase`);
+  render is due (neither with ``every_n_epochs=0``): the learned correction, pressures and pixel-wise errors of
+  one fracture (the first test fracture, else validation, else training; see
+  :func:`flowlearn.reporting.figures.showcase`);
 - at the end of fitting, the full set (:func:`flowlearn.reporting.figures.figure_set`) in ``figures/`` itself: aperture,
   correction, pressure, error, the curves of ``metrics.csv`` (CSV logger) and the held-out gallery.
 

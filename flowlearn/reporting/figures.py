@@ -301,27 +301,19 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
                 style = {**style, "marker": "o", "markerfacecolor": "none" if dashed else style["color"]}
             ax.plot(epochs, values, label=label, **style)
 
+    def draw_with_lcl(ax: Axes, stage: str, metric: str, label: str, lcl_label: str) -> None:
+        """The learned model's ``metric`` of ``stage``, and the LCL's dashed in the same colour up to its end."""
+        model = column(stage, metric)
+        draw(ax, model, label, color=colours[stage])
+        draw(
+            ax, column(stage, metric, COMPARED), lcl_label, until=model, color=colours[stage], linestyle="--"
+        )
+
     draw(loss_ax, LOSS, "train loss", color=colours["train"])
     for stage in HELD_OUT:
-        draw(loss_ax, column(stage, MSE), f"{stage} MSE", color=colours[stage])
-        draw(
-            loss_ax,
-            column(stage, MSE, COMPARED),
-            f"{stage} MSE, LCL",
-            until=column(stage, MSE),
-            color=colours[stage],
-            linestyle="--",
-        )
+        draw_with_lcl(loss_ax, stage, MSE, f"{stage} MSE", f"{stage} MSE, LCL")
     for stage in STAGES:
-        draw(error_ax, column(stage, REL_ERR_MEAN), f"{stage}, learned", color=colours[stage])
-        draw(
-            error_ax,
-            column(stage, REL_ERR_MEAN, COMPARED),
-            f"{stage}, LCL",
-            until=column(stage, REL_ERR_MEAN),
-            color=colours[stage],
-            linestyle="--",
-        )
+        draw_with_lcl(error_ax, stage, REL_ERR_MEAN, f"{stage}, learned", f"{stage}, LCL")
     loss_ax.set(title="loss", xlabel="epoch", ylabel="MSE (pressure²)", yscale="log")
     error_ax.set(title="mean relative pressure error", xlabel="epoch", ylabel="|p̂ − p|/p (%)")
     for ax in (loss_ax, error_ax):
