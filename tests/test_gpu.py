@@ -273,6 +273,16 @@ def test_bad_gpu_solver_arguments():
     with pytest.raises(ValueError, match=r"rtol must lie in \(0, 1\)"):
         GPUEngine(method="pcg", device="cpu", rtol=0)
     with pytest.raises(
+        ValueError, match=r"unknown PCG preconditioner 'ilu'; choose one of \['jacobi', 'factor'\]"
+    ):
+        GPUEngine(method="pcg", device="cpu", preconditioner="ilu")
+    with pytest.raises(
+        ValueError, match=r"preconditioner='factor' is PCG's; method='direct' does not iterate"
+    ):
+        GPUEngine(method="direct", device="cpu", preconditioner="factor")
+    with pytest.raises(ValueError, match=r"preconditioner='factor'\) factorises with cuDSS"):
+        GPUEngine(method="pcg", device="cpu", preconditioner="factor")
+    with pytest.raises(
         ValueError, match=r"unknown solver 'cuda'; choose one of \['auto', 'cholmod', 'superlu'"
     ):
         get_engine("cuda")
@@ -307,7 +317,7 @@ def test_the_cpu_path_imports_no_gpu_library():
 def test_gpu_benchmark_without_a_gpu_says_so_and_runs_the_cpu_columns():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu.py"
     out = subprocess.run(
-        [sys.executable, str(script), "--sizes", "256", "--skip-batch", "--repeats", "1"],
+        [sys.executable, str(script), "--sizes", "256", "--tables", "single", "--repeats", "1"],
         capture_output=True,
         text=True,
         check=True,
@@ -411,3 +421,85 @@ def test_cpu_and_cuda_tensors_with_the_wrong_solver():
         SolveInputError, match=r"log_k is on device cpu, but solver 'gpu' runs on cuda:0.*solver='auto'"
     ):
         solve_pressure(torch.zeros(4, 5), problem, solver=GPUEngine(method="pcg"))
+
+
+@pytest.mark.gpu
+@cudss_only
+def test_pcg_preconditioned_by_an_earlier_factor_stays_exact_in_few_iterations():
+    problem = _problem_2d(shape=(48, 60), seed=17)
+    solver = GPUEngine(method="pcg", preconditioner="factor", rtol=1e-12, refactor_iterations=12)
+    reference = make_engine("superlu", reuse=False)
+    log_k = _fields(4, problem.grid.shape, seed=18)
+    rng = np.random.default_rng(19)
+    for step in range(4):
+        # A training-like step: every conductivity moves by ~1e-3 relative.
+        log_k = log_k * (1 + 1e-3 * torch.from_numpy(rng.normal(size=log_k.shape)))
+        x = log_k.cuda().requires_grad_()
+        y = log_k.clone().requires_grad_()
+        solver.reset_stats()
+        p = solve_pressure(x, problem, solver=solver)
+        torch.nan_to_num(p).pow(2).sum().backward()
+        q = solve_pressure(y, problem, solver=reference)
+        torch.nan_to_num(q).pow(2).sum().backward()
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-9, atol=0, equal_nan=True)
+        torch.testing.assert_close(x.grad.cpu(), y.grad, rtol=1e-8, atol=1e-11 * y.grad.abs().max().item())
+        if step == 0:  # the first matrix is factorised, and both solves are direct
+            assert (solver.stats.factorizations, solver.stats.direct_solves, solver.stats.pcg_solves) == (
+                1,
+                2,
+                0,
+            )
+        else:  # later ones iterate with that factor: a few iterations each, whatever the grid
+            assert solver.stats.factorizations == 0 and solver.stats.pcg_solves == 2
+            assert 0 < solver.stats.pcg_iterations <= 2 * 12
+    # A large change costs more iterations than refactor_iterations: the next new matrix is factorised afresh.
+    far = log_k + 1.0 * torch.from_numpy(rng.normal(size=log_k.shape))
+    solver.reset_stats()
+    solve_pressure(far.cuda(), problem, solver=solver)
+    assert solver.stats.pcg_iterations > 12 and solver.stats.factorizations == 0
+    pressure = solve_pressure((far * 1.001).cuda(), problem, solver=solver)
+    assert solver.stats.factorizations == 1
+    reference_pressure = solve_pressure(far * 1.001, problem, solver=reference)
+    torch.testing.assert_close(pressure.cpu(), reference_pressure, rtol=1e-9, atol=0, equal_nan=True)
+
+
+def _per_epoch(run_dir: Path, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    from flowlearn.reporting.runs import metric_series, read_metrics
+
+    metrics = read_metrics(run_dir)
+    return {name: metric_series(metrics, name)[1] for name in names}
+
+
+@pytest.mark.gpu
+@cudss_only
+@pytest.mark.parametrize("experiment", ["embedded", "paper"])
+def test_training_on_the_gpu_matches_the_cpu_run_epoch_by_epoch(experiment, tmp_path):
+    from conftest import EXAMPLE_FRACTURE
+    from test_train import run_train
+
+    if experiment == "paper":
+        if not EXAMPLE_FRACTURE.exists():
+            pytest.skip(f"{EXAMPLE_FRACTURE} is not present")
+        # One step per epoch: the epoch losses are the step losses.
+        overrides = ["experiment=paper", f"data.path={EXAMPLE_FRACTURE}", "trainer.max_epochs=20"]
+        names = ("train/loss",)
+    else:
+        overrides = ["trainer.max_epochs=3"]
+        names = ("train/loss", "val/loss")
+    run_train(*overrides, "solver=superlu", run_dir=tmp_path / "cpu")
+    run_train(*overrides, "solver=gpu", "trainer.accelerator=gpu", run_dir=tmp_path / "gpu")
+    cpu, gpu = _per_epoch(tmp_path / "cpu", names), _per_epoch(tmp_path / "gpu", names)
+    for name in names:
+        assert gpu[name].size == cpu[name].size > 0 and np.isfinite(gpu[name]).all()
+        np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-8, err_msg=name)
+
+
+@pytest.mark.gpu
+@cudss_only
+def test_training_with_the_gpu_solver_and_a_cpu_trainer_says_what_to_add(tmp_path):
+    from test_train import run_train
+
+    result = run_train("trainer.max_epochs=1", "solver=gpu", run_dir=tmp_path, check=False)
+    assert result.returncode != 0
+    assert "solver=gpu solves on cuda:0, but trainer.accelerator=cpu" in result.stderr + result.stdout
+    assert "add trainer.accelerator=gpu" in result.stderr + result.stdout

@@ -8,11 +8,16 @@ A batch of B systems shares one sparsity pattern (B fractures of the same size) 
   factorised numerically, all B matrices in one batched call. Solving again with the values of the last
   factorisation -- the adjoint solve right after a forward solve -- reuses the factor. One step of iterative
   refinement follows every solve, as on the CPU.
-* ``pcg`` -- conjugate gradients preconditioned by the diagonal (Jacobi), batched over B, with matrix-vector
-  products in plain torch ops. Memory grows linearly with the grid, so it is the path for grids whose factor does
-  not fit; each role's last solution warm-starts the next solve. It stops on the same energy-norm criterion as
-  the CPU engines (:mod:`flowlearn.engines.pcg`) and raises :class:`~flowlearn.errors.ConvergenceError` when it
-  misses the tolerance.
+* ``pcg`` -- conjugate gradients, batched over B, with matrix-vector products in plain torch ops; each role's
+  last solution warm-starts the next solve. It stops on the same energy-norm criterion as the CPU engines
+  (:mod:`flowlearn.engines.pcg`) and raises :class:`~flowlearn.errors.ConvergenceError` when it misses the
+  tolerance. Its preconditioner is either
+
+  - ``jacobi``, the diagonal: memory grows linearly with the grid, so it is the path for grids whose factor does
+    not fit, but the iterations grow with the grid's side; or
+  - ``factor``, the cuDSS factor of an earlier matrix of the run. Between training steps the conductivities move
+    little, and the factor of a nearby matrix leaves CG a handful of iterations whatever the grid's size; a
+    numeric refactorisation follows once a solve needs more than ``refactor_iterations``.
 
 ``auto`` factorises whenever cuDSS's own memory estimate fits in the free device memory, and otherwise iterates.
 
@@ -45,6 +50,7 @@ if TYPE_CHECKING:
     from flowlearn.darcy.problem import DarcyProblem
 
 METHODS = ("auto", "direct", "pcg")
+PRECONDITIONERS = ("jacobi", "factor")
 
 
 class EllPattern:
@@ -176,6 +182,9 @@ class GPUState:
     # The last assembled batch (log K, T, matrix values): the adjoint solve that follows a forward solve asks for
     # the same matrices again, and handing cuDSS the very same values lets it reuse its factor.
     last_system: tuple[torch.Tensor, ...] | None = None
+    # PCG with preconditioner="factor": the last solve needed more than refactor_iterations, so the next new
+    # matrix is factorised afresh.
+    stale_factor: bool = False
 
 
 class GPUEngine(Engine):
@@ -186,8 +195,12 @@ class GPUEngine(Engine):
     training.
 
     Args:
-        method: ``"auto"`` (cuDSS when its memory estimate fits, else PCG), ``"direct"`` (cuDSS) or ``"pcg"``
-            (Jacobi-preconditioned CG; needs no library beyond torch).
+        method: ``"auto"`` (cuDSS when its memory estimate fits, else Jacobi PCG), ``"direct"`` (cuDSS) or
+            ``"pcg"``.
+        preconditioner: PCG's, ``"jacobi"`` (needs no library beyond torch) or ``"factor"`` (the cuDSS factor of
+            an earlier matrix; ``method="pcg"`` only).
+        refactor_iterations: With ``preconditioner="factor"``, a solve that needs more iterations than this has
+            the next new matrix factorised afresh.
         device: The CUDA device. ``"cpu"`` is accepted with ``method="pcg"``: the same torch code then runs on
             the CPU, which checks this path without a GPU (the factorising CPU engines are much faster there).
         rtol: Relative energy-norm error at which PCG stops (direct solves are exact to round-off).
@@ -197,7 +210,7 @@ class GPUEngine(Engine):
 
     Raises:
         GPUUnavailableError: no CUDA device, or (for ``auto``/``direct``) no nvmath-python with cuDSS.
-        ValueError: an unknown method, or a CPU device with a method other than ``pcg``.
+        ValueError: an unknown method or preconditioner, or a CPU device with anything but Jacobi PCG.
     """
 
     name = "gpu"
@@ -210,20 +223,31 @@ class GPUEngine(Engine):
         max_iter: int = 20_000,
         reuse: bool = True,
         memory_fraction: float = 0.8,
+        preconditioner: str = "jacobi",
+        refactor_iterations: int = 20,
     ) -> None:
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"unknown GPU solve method {method!r}; choose one of {list(METHODS)}")
+        if preconditioner not in PRECONDITIONERS:
+            raise ValueError(
+                f"unknown PCG preconditioner {preconditioner!r}; choose one of {list(PRECONDITIONERS)}"
+            )
+        if preconditioner == "factor" and method != "pcg":
+            raise ValueError(f"preconditioner='factor' is PCG's; method={method!r} does not iterate")
         if not 0 < rtol < 1:
             raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
         self.method, self.rtol, self.max_iter, self.reuse = method, rtol, max_iter, reuse
         self.memory_fraction = memory_fraction
+        self.preconditioner, self.refactor_iterations = preconditioner, refactor_iterations
         device = torch.device(device)
+        factorises = method != "pcg" or preconditioner == "factor"
         if device.type == "cpu":
-            if method != "pcg":
+            if factorises:
                 raise ValueError(
-                    f"GPUEngine(method={method!r}) factorises with cuDSS, which runs on CUDA devices only; "
-                    "device='cpu' is for method='pcg'"
+                    f"GPUEngine(method={method!r}, preconditioner={preconditioner!r}) factorises with cuDSS, "
+                    "which runs on CUDA devices only; device='cpu' is for method='pcg' with the Jacobi "
+                    "preconditioner"
                 )
         elif device.type == "cuda":
             if not torch.cuda.is_available():
@@ -238,10 +262,13 @@ class GPUEngine(Engine):
         else:
             raise ValueError(f"GPUEngine runs on a CUDA device, got device {device}")
         self.device = device
-        self._advanced = _load_cudss() if method != "pcg" else None
+        self._advanced = _load_cudss() if factorises else None
 
     def __repr__(self) -> str:
-        return f"GPUEngine(method={self.method!r}, device='{self.device}', rtol={self.rtol})"
+        return (
+            f"GPUEngine(method={self.method!r}, preconditioner={self.preconditioner!r}, device='{self.device}', "
+            f"rtol={self.rtol})"
+        )
 
     def free(self) -> None:
         """Release every cuDSS factor now (they are released anyway when their problem or this engine goes away);
@@ -288,13 +315,27 @@ class GPUEngine(Engine):
     ) -> torch.Tensor:
         """Solve ``A_i x_i = b_i`` for matrix values (B, nnz) in the layout's CSR pattern and rhs (B, n)."""
         if state.method == "direct":
-            factor = self._factor(state, values)
+            factor = self._analysed(state, values)
             if factor is not None:
+                if not factor.holds(values):
+                    self._factorize(factor, values)
                 return self._direct(state, factor, values, rhs)
-        return self._pcg(state, values, rhs, role)
+            return self._pcg(state, values, rhs, role, None)
+        if self.preconditioner == "jacobi":
+            return self._pcg(state, values, rhs, role, None)
+        factor = self._analysed(state, values)
+        if not factor.factored or state.stale_factor:
+            self._factorize(factor, values)
+            state.stale_factor = False
+        if not factor.holds(values):
+            return self._pcg(state, values, rhs, role, factor)
+        solution = self._direct(state, factor, values, rhs)
+        if self.reuse:  # the next, iterative, solve of this role starts here
+            state.last_solution[(role, rhs.shape[0])] = solution
+        return solution
 
-    def _factor(self, state: GPUState, values: torch.Tensor) -> _CudssFactor | None:
-        """The cuDSS factorisation for this batch size, analysed once; None when ``auto`` finds it too large."""
+    def _analysed(self, state: GPUState, values: torch.Tensor) -> _CudssFactor | None:
+        """The cuDSS solver for this batch size, analysed once; None when ``auto`` finds its factor too large."""
         batch = values.shape[0]
         factor = state.factors.get(batch)
         if factor is None:
@@ -305,10 +346,11 @@ class GPUEngine(Engine):
                 state.method = "pcg"
                 return None
             state.factors[batch] = factor
-        if not factor.holds(values):
-            factor.factorize(values)
-            self.stats.factorizations += 1
         return factor
+
+    def _factorize(self, factor: _CudssFactor, values: torch.Tensor) -> None:
+        factor.factorize(values)
+        self.stats.factorizations += 1
 
     def _direct(
         self, state: GPUState, factor: _CudssFactor, values: torch.Tensor, rhs: torch.Tensor
@@ -319,14 +361,26 @@ class GPUEngine(Engine):
         residual = rhs - state.ell.matvec(state.ell.padded(values), solution)
         return solution + factor.solve(residual)
 
-    def _pcg(self, state: GPUState, values: torch.Tensor, rhs: torch.Tensor, role: str) -> torch.Tensor:
+    def _pcg(
+        self,
+        state: GPUState,
+        values: torch.Tensor,
+        rhs: torch.Tensor,
+        role: str,
+        factor: _CudssFactor | None,
+    ) -> torch.Tensor:
+        """PCG preconditioned by ``factor`` (of an earlier matrix), or by the diagonal when None."""
         ell = state.ell
         padded = ell.padded(values)
-        inverse_diagonal = 1.0 / ell.diagonal(values)
+        if factor is None:
+            inverse_diagonal = 1.0 / ell.diagonal(values)
+            precondition, name = (lambda r: inverse_diagonal * r), "Jacobi"
+        else:
+            precondition, name = factor.solve, "Factor"
         key = (role, rhs.shape[0])
         result = batched_pcg(
             lambda x: ell.matvec(padded, x),
-            lambda r: inverse_diagonal * r,
+            precondition,
             rhs,
             state.last_solution.get(key) if self.reuse else None,
             self.rtol,
@@ -338,12 +392,14 @@ class GPUEngine(Engine):
             failed = torch.nonzero(~result.converged).flatten().tolist()
             worst = float(result.error_estimate.max())
             raise ConvergenceError(
-                f"Jacobi-preconditioned CG on {self.device} did not reach rtol={self.rtol:g} within "
+                f"{name}-preconditioned CG on {self.device} did not reach rtol={self.rtol:g} within "
                 f"{self.max_iter} iterations for batch item(s) {failed} of {rhs.shape[0]} ({rhs.shape[1]} "
                 f"unknowns; estimated error {worst:.1e}); raise max_iter, loosen rtol, or use method='direct'"
             )
         if self.reuse:
             state.last_solution[key] = result.solution
+        if factor is not None and result.iterations > self.refactor_iterations:
+            state.stale_factor = True
         return result.solution
 
 

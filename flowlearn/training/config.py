@@ -193,6 +193,7 @@ def validate_config(cfg: DictConfig) -> None:
             f"data; use {key} <= {LOOSEST_SOLVER_TOLERANCE:g} (the default is 1e-11)",
         )
     _positive(cfg, "solver.maxiter", integer=True)
+    _positive(cfg, "solver.refactor_iterations", integer=True)
     # optimizer
     _positive(cfg, "optimizer.lr")
     _number(cfg, "optimizer.momentum", 0, strict=False, high=1)
