@@ -110,7 +110,11 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     correction = build_correction(cfg.model, law, train_refs)
     solver = instantiate(cfg.solver)  # a missing backend (Julia, GPU) fails here, before any training
     accelerator = OmegaConf.select(cfg, "trainer.accelerator")
-    if solver.device is not None and solver.device.type == "cuda" and accelerator not in ("gpu", "cuda", "auto"):
+    if (
+        solver.device is not None
+        and solver.device.type == "cuda"
+        and accelerator not in ("gpu", "cuda", "auto")
+    ):
         raise ConfigError(
             f"solver={solver.name} solves on {solver.device}, but trainer.accelerator={accelerator} keeps the "
             "model and its batches on the CPU: add trainer.accelerator=gpu"
