@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 import torch
-from bench_solve import loss_of, rough_log_k
+from fields import loss_of, rough_log_k
 
 from flowlearn import DarcyProblem, solve_pressure
 from flowlearn.data.generate import DatasetConfig, generate_fracture

@@ -40,6 +40,7 @@ import pyamg
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
+from fields import loss_of, rough_log_k
 from sksparse import cholmod
 
 from flowlearn import DarcyProblem, solve_pressure
@@ -48,21 +49,6 @@ from flowlearn.engines.cholmod import CholmodEngine
 from flowlearn.engines.trisolve import usable_cores
 
 GRIDS = {"64": (64, 64), "256": (256, 260), "512": (512, 512), "1024": (1024, 1024), "2048": (2048, 2048)}
-
-
-def rough_log_k(shape: tuple[int, int], seed: int = 0) -> torch.Tensor:
-    """log K of a rough fracture: 2*log(aperture), aperture a smoothed lognormal field (float64, image layout)."""
-    rng = np.random.default_rng(seed)
-    noise = np.fft.rfft2(rng.normal(size=shape))
-    ky = np.fft.fftfreq(shape[0])[:, None]
-    kx = np.fft.rfftfreq(shape[1])[None, :]
-    smooth = np.fft.irfft2(noise / (1 + (np.hypot(kx, ky) * 32) ** 2), s=shape)
-    log_aperture = smooth / smooth.std() * 0.5
-    return torch.from_numpy(2 * log_aperture)
-
-
-def loss_of(pressure: torch.Tensor) -> torch.Tensor:
-    return ((pressure - 1.5) ** 2).mean()
 
 
 def forward_and_gradient(log_k: torch.Tensor, problem: DarcyProblem, solver: Engine) -> torch.Tensor:

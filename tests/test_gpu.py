@@ -365,8 +365,10 @@ def test_gpu_gradcheck_and_gradgradcheck(method, make_problem):
     def pressure_at_active_nodes(log_k, heads, sources):
         return solve_pressure(log_k, problem, heads, sources, solver=solver)[:, active]
 
-    assert gradcheck(pressure_at_active_nodes, inputs)
-    assert gradgradcheck(pressure_at_active_nodes, inputs)
+    # The backward scatters edge terms onto nodes with CUDA's atomic adds, whose order varies from run to run:
+    # repeated backward passes agree to round-off, not bit for bit.
+    assert gradcheck(pressure_at_active_nodes, inputs, nondet_tol=1e-12)
+    assert gradgradcheck(pressure_at_active_nodes, inputs, nondet_tol=1e-12)
 
 
 @pytest.mark.gpu
@@ -401,7 +403,8 @@ def test_gpu_batch_is_factorised_once_and_the_adjoint_reuses_the_factor():
 @cudss_only
 def test_auto_iterates_when_the_factor_would_not_fit():
     problem = _problem_2d(shape=(20, 24), seed=15)
-    solver = GPUEngine(method="auto", memory_fraction=1e-12)  # no factor fits in 1e-12 of the memory
+    # No factor fits in 1e-12 of the memory. rtol bounds the energy-norm error: 1e-13 for 1e-9 at every node.
+    solver = GPUEngine(method="auto", memory_fraction=1e-12, rtol=1e-13)
     log_k = _fields(2, problem.grid.shape, seed=16)
     pressure = solve_pressure(log_k.cuda(), problem, solver=solver).cpu()
     assert solver.stats.pcg_solves == 1 and solver.stats.factorizations == 0
@@ -487,19 +490,12 @@ def test_training_on_the_gpu_matches_the_cpu_run_epoch_by_epoch(experiment, tmp_
         overrides = ["trainer.max_epochs=3"]
         names = ("train/loss", "val/loss")
     run_train(*overrides, "solver=superlu", run_dir=tmp_path / "cpu")
-    run_train(*overrides, "solver=gpu", "trainer.accelerator=gpu", run_dir=tmp_path / "gpu")
-    cpu, gpu = _per_epoch(tmp_path / "cpu", names), _per_epoch(tmp_path / "gpu", names)
-    for name in names:
-        assert gpu[name].size == cpu[name].size > 0 and np.isfinite(gpu[name]).all()
-        np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-8, err_msg=name)
-
-
-@pytest.mark.gpu
-@cudss_only
-def test_training_with_the_gpu_solver_and_a_cpu_trainer_says_what_to_add(tmp_path):
-    from test_train import run_train
-
-    result = run_train("trainer.max_epochs=1", "solver=gpu", run_dir=tmp_path, check=False)
-    assert result.returncode != 0
-    assert "solver=gpu solves on cuda:0, but trainer.accelerator=cpu" in result.stderr + result.stdout
-    assert "add trainer.accelerator=gpu" in result.stderr + result.stdout
+    cpu = _per_epoch(tmp_path / "cpu", names)
+    # The model on the GPU with the solver; and the model on the CPU, whose solves the module hands to the GPU.
+    for run, accelerator in (("gpu", "gpu"), ("gpu_solver", "cpu")):
+        run_train(*overrides, "solver=gpu", f"trainer.accelerator={accelerator}", run_dir=tmp_path / run)
+        gpu = _per_epoch(tmp_path / run, names)
+        for name in names:
+            assert gpu[name].size == cpu[name].size > 0 and np.isfinite(gpu[name]).all()
+            np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-8, err_msg=f"{run}: {name}")
+        assert (tmp_path / run / "predictions.h5").is_file()

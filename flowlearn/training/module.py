@@ -36,7 +36,7 @@ from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
 from flowlearn.data.datamodule import FractureDataModule, FractureDataset
-from flowlearn.engines import Engine
+from flowlearn.engines import Engine, get_engine
 from flowlearn.errors import ConfigError, DivergenceError, SolutionError, SolveInputError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED, baseline_log_t
 from flowlearn.models.laws import PermeabilityLaw, power_law_log_t
@@ -73,9 +73,9 @@ POWER_EXPONENT_TOLERANCE = 0.01
 _BASELINE_METRICS = frozenset(metric_name(m.name, b) for b in BASELINE_NAMES for m in METRICS)
 
 
-def as_batch(item: dict) -> dict:
-    """A batch of one from a :class:`~flowlearn.data.datamodule.FractureDataset` item."""
-    return {k: [v] if isinstance(v, str) else v.unsqueeze(0) for k, v in item.items()}
+def as_batch(item: dict, device: torch.device | str = "cpu") -> dict:
+    """A batch of one on ``device`` from a :class:`~flowlearn.data.datamodule.FractureDataset` item."""
+    return {k: [v] if isinstance(v, str) else v.unsqueeze(0).to(device) for k, v in item.items()}
 
 
 class FractureFlowModule(L.LightningModule):
@@ -221,9 +221,7 @@ class FractureFlowModule(L.LightningModule):
         raw = self.correction(batch["inputs"])
         log_k = self.law.log_k(log_aperture, raw, batch["active"])
         problems = self._problems_of(batch)
-        pressure = torch.stack(
-            [solve_pressure(log_k[i], problem, solver=self.solver) for i, problem in enumerate(problems)]
-        )
+        pressure = torch.stack([self._solve(log_k[i], problem) for i, problem in enumerate(problems)])
         if self.law.has_flow_units:
             flow_rate = torch.stack(
                 [outlet_flow_rate(log_k[i], pressure[i], problem) for i, problem in enumerate(problems)]
@@ -237,6 +235,15 @@ class FractureFlowModule(L.LightningModule):
             "pressure": pressure,
             "flow_rate": flow_rate,
         }
+
+    def _solve(self, log_k: torch.Tensor, problem: DarcyProblem) -> torch.Tensor:
+        """The pressure of one fracture by ``self.solver`` on the solver's own device, returned on ``log_k``'s
+        device: the model may sit elsewhere (Lightning hands it back to the CPU after fitting, for one), and the
+        gradient crosses the copy."""
+        engine = get_engine(self.solver)
+        if engine.device is None or engine.device == log_k.device:
+            return solve_pressure(log_k, problem, solver=engine)
+        return solve_pressure(log_k.to(engine.device), problem, solver=engine).to(log_k.device)
 
     @torch.no_grad()
     def baseline_solutions(self, batch: dict, index: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -253,7 +260,7 @@ class FractureFlowModule(L.LightningModule):
         for name in BASELINE_NAMES:
             log_t = baseline_log_t(name, log_aperture, active, pixel_size, float(self.power_exponent))
             if log_t is not None:
-                pressure = solve_pressure(log_t[0], problem, solver=self.solver)
+                pressure = self._solve(log_t[0], problem)
                 solutions[name] = (pressure, outlet_flow_rate(log_t[0], pressure, problem))
         return solutions
 
@@ -298,12 +305,12 @@ class FractureFlowModule(L.LightningModule):
         def mean_mse(exponent: float) -> float:
             total = 0.0
             for index in range(len(dataset)):
-                batch = as_batch(dataset[index])
+                batch = as_batch(dataset[index], self.device)
                 (problem,) = self._problems_of(batch, baseline=True)
                 log_t = power_law_log_t(self.log_aperture(batch), batch["active"], exponent)
-                pressure = solve_pressure(log_t[0], problem, solver=self.solver).unsqueeze(0)
+                pressure = self._solve(log_t[0], problem).unsqueeze(0)
                 free = torch.from_numpy(problem.free).unsqueeze(0).to(pressure.device)
-                nan = torch.full((1,), math.nan, dtype=torch.float64)
+                nan = torch.full((1,), math.nan, dtype=torch.float64, device=self.device)
                 heads = (batch["inlet_pressure"], batch["outlet_pressure"])
                 reference = batch["pressure"].to(torch.float64)
                 total += float(fracture_metrics(pressure, reference, free, *heads, nan, nan)[MSE][0])

@@ -119,7 +119,7 @@ def predict_fields(
     """The fields of fracture ``index`` of ``dataset`` under ``module`` (in eval mode or not, as it is), with every
     applicable baseline's."""
     item = dataset[index]
-    batch = as_batch(item)
+    batch = as_batch(item, module.device)
     fields = module(batch)
     baselines = module.baseline_solutions(batch, 0)
     reference = batch.get("pressure")

@@ -109,16 +109,6 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     train_refs = datamodule.splits["train"].refs
     correction = build_correction(cfg.model, law, train_refs)
     solver = instantiate(cfg.solver)  # a missing backend (Julia, GPU) fails here, before any training
-    accelerator = OmegaConf.select(cfg, "trainer.accelerator")
-    if (
-        solver.device is not None
-        and solver.device.type == "cuda"
-        and accelerator not in ("gpu", "cuda", "auto")
-    ):
-        raise ConfigError(
-            f"solver={solver.name} solves on {solver.device}, but trainer.accelerator={accelerator} keeps the "
-            "model and its batches on the CPU: add trainer.accelerator=gpu"
-        )
     statistics = statistic_ranges(
         aperture_statistics(read_fracture(ref.path, ref.name, validate=False)) for ref in train_refs
     )

@@ -1,0 +1,21 @@
+"""The benchmarks' shared test case: a rough fracture's log K and a loss on its pressure."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def rough_log_k(shape: tuple[int, int], seed: int = 0) -> torch.Tensor:
+    """log K of a rough fracture: 2*log(aperture), aperture a smoothed lognormal field (float64, image layout)."""
+    rng = np.random.default_rng(seed)
+    noise = np.fft.rfft2(rng.normal(size=shape))
+    ky = np.fft.fftfreq(shape[0])[:, None]
+    kx = np.fft.rfftfreq(shape[1])[None, :]
+    smooth = np.fft.irfft2(noise / (1 + (np.hypot(kx, ky) * 32) ** 2), s=shape)
+    log_aperture = smooth / smooth.std() * 0.5
+    return torch.from_numpy(2 * log_aperture)
+
+
+def loss_of(pressure: torch.Tensor) -> torch.Tensor:
+    return ((pressure - 1.5) ** 2).mean()
