@@ -396,7 +396,8 @@ def test_gpu_batch_is_factorised_once_and_the_adjoint_reuses_the_factor():
     assert solver.factor_bytes() == 0
     again = solve_pressure(log_k.detach(), problem, solver=solver)
     assert solver.stats.factorizations == 2
-    torch.testing.assert_close(again, pressure.detach(), rtol=1e-12, atol=0, equal_nan=True)
+    # The same matrices factorised again: the same pressures to round-off (cuDSS's sums need not run in one order).
+    torch.testing.assert_close(again, pressure.detach(), rtol=1e-10, atol=0, equal_nan=True)
 
 
 @pytest.mark.gpu
@@ -488,7 +489,7 @@ def test_training_on_the_gpu_matches_the_cpu_run_epoch_by_epoch(experiment, tmp_
         names = ("train/loss",)
     else:
         overrides = ["trainer.max_epochs=3"]
-        names = ("train/loss", "val/loss")
+        names = ("train/loss", "val/mse", "val/flow_rate_err")
     run_train(*overrides, "solver=superlu", run_dir=tmp_path / "cpu")
     cpu = _per_epoch(tmp_path / "cpu", names)
     # The model on the GPU with the solver; and the model on the CPU, whose solves the module hands to the GPU.

@@ -128,6 +128,8 @@ class _CudssFactor:
                 )
                 self._rhs = torch.zeros(batch, n, 1, dtype=torch.float64, device=device)  # column-major items
         self._values = matrix.values()  # the storage cuDSS reads
+        self._device_index = device.index
+        _make_current(device.index)
         options = advanced.DirectSolverOptions(
             sparse_system_type=advanced.DirectSolverMatrixType.SPD,
             sparse_system_view=advanced.DirectSolverMatrixViewType.FULL,
@@ -135,7 +137,7 @@ class _CudssFactor:
         )
         self._solver = advanced.DirectSolver(matrix, self._rhs, options=options, execution="cuda")
         # nvmath releases cuDSS's objects (and the factor's memory) only in free(); tie it to this object's life.
-        self._release = weakref.finalize(self, self._solver.free)
+        self._release = weakref.finalize(self, _free_on, self._solver, device.index)
         self._solver.plan()
         estimates = self._solver.plan_info.memory_estimates
         self.peak_bytes = int(np.asarray(estimates["peak_device_memory"]).reshape(-1)[0])
@@ -149,6 +151,7 @@ class _CudssFactor:
 
     def factorize(self, values: torch.Tensor) -> None:
         self._values.copy_(values.reshape(self._values.shape))
+        _make_current(self._device_index)
         self._solver.factorize()
         # The factorisation runs asynchronously on the current stream; its status is read once it is done.
         torch.cuda.current_stream(self._values.device).synchronize()
@@ -164,10 +167,28 @@ class _CudssFactor:
     def solve(self, rhs: torch.Tensor) -> torch.Tensor:
         """x (B, n) for rhs (B, n) with the current factor."""
         self._rhs.copy_(rhs.reshape(self._rhs.shape))
+        _make_current(self._device_index)
         return self._solver.solve().reshape(rhs.shape)
 
     def free(self) -> None:
         self._release()
+
+
+def _make_current(device_index: int) -> None:
+    """Make the device current for nvmath in this thread. nvmath works through cuda.core, which keeps the current
+    device per thread and refuses a thread that has not set it, and autograd runs the backward (the adjoint
+    solve) in a thread of its own."""
+    try:
+        from cuda.core import Device
+    except ImportError:  # cuda-core before 0.4
+        from cuda.core.experimental import Device
+
+    Device(device_index).set_current()
+
+
+def _free_on(solver: Any, device_index: int) -> None:
+    _make_current(device_index)
+    solver.free()
 
 
 @dataclass
