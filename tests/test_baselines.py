@@ -64,7 +64,8 @@ def test_on_parallel_plates_every_baseline_gives_the_straight_line_and_the_cubic
     active = torch.ones_like(log_aperture, dtype=torch.bool)
     line = linear_profile(log_aperture, *_heads())[0]
     for name in BASELINE_NAMES:
-        log_t = baseline_log_t(name, log_aperture, active, PIXEL, power_exponent=1.7)
+        # Flat walls: the inclination factor is 1.
+        log_t = baseline_log_t(name, log_aperture, active, PIXEL, 1.7, torch.zeros_like(log_aperture))
         pressure = solve_pressure(log_t[0], problem)
         torch.testing.assert_close(pressure, line, rtol=0, atol=1e-12, msg=name)
         q = float(outlet_flow_rate(log_t[0], pressure, problem))
@@ -101,20 +102,20 @@ def test_laws_and_baselines_carry_their_constant_factors():
     active = aperture > 0
     log_aperture = torch.where(active, torch.log(aperture.clamp_min(1e-300)), 0.0)
     mean = aperture[active].mean()
-    lcl = baseline_log_t("lcl", log_aperture, active, PIXEL, math.nan)
+    unknown = torch.full_like(log_aperture, math.nan)  # no walls
+    lcl = baseline_log_t("lcl", log_aperture, active, PIXEL, math.nan, unknown)
     torch.testing.assert_close(lcl[active], torch.log(aperture**3 / 12)[active], rtol=1e-13, atol=0)
-    ap2 = ApSquaredLaw().log_k(log_aperture, torch.zeros_like(log_aperture), active)
+    ap2 = ApSquaredLaw().log_k(log_aperture, torch.zeros_like(log_aperture), active, unknown)
     torch.testing.assert_close(ap2[active], torch.log(mean * aperture**2 / 12)[active], rtol=1e-13, atol=0)
-    uniform = baseline_log_t("uniform", log_aperture, active, PIXEL, math.nan)
+    uniform = baseline_log_t("uniform", log_aperture, active, PIXEL, math.nan, unknown)
     torch.testing.assert_close(
         uniform[active], torch.log(mean**3 / 12).expand(int(active.sum())), rtol=1e-13, atol=0
     )
-    # Not fitted yet, or no voxel size: those baselines are absent rather than wrong.
-    assert baseline_log_t("power", log_aperture, active, PIXEL, math.nan) is None
-    assert (
-        baseline_log_t("wedge", log_aperture, active, torch.tensor([math.nan], dtype=torch.float64), math.nan)
-        is None
-    )
+    # Not fitted yet, no voxel size, no walls: those baselines are absent rather than wrong.
+    assert baseline_log_t("power", log_aperture, active, PIXEL, math.nan, unknown) is None
+    no_voxel = torch.tensor([math.nan], dtype=torch.float64)
+    assert baseline_log_t("wedge", log_aperture, active, no_voxel, math.nan, unknown) is None
+    assert baseline_log_t("inclined", log_aperture, active, PIXEL, math.nan, unknown) is None
 
 
 def test_wedge_factor_follows_its_small_angle_expansion_and_steep_limit():
@@ -141,7 +142,7 @@ def test_wedge_baseline_lowers_the_transmissivity_where_the_aperture_changes_alo
     aperture = (2e-5 + slope * VOXEL_SIZE * torch.arange(width, dtype=torch.float64)).expand(3, width)
     log_aperture = torch.log(aperture).unsqueeze(0)
     active = torch.ones_like(log_aperture, dtype=torch.bool)
-    log_t = baseline_log_t("wedge", log_aperture, active, PIXEL, math.nan)
+    log_t = baseline_log_t("wedge", log_aperture, active, PIXEL, math.nan, torch.zeros_like(log_aperture))
     expected = torch.log(aperture**3 / 12 * 3 * (slope - math.atan(slope)) / slope**3)
     torch.testing.assert_close(log_t[0], expected, rtol=1e-13, atol=0)
 

@@ -102,7 +102,7 @@ def test_run_report_has_figures_metrics_and_config(flowlearn, run, tmp_path):
     assert "## Held-out verdict (test split, medians over fractures)" in report
     assert re.search(rf"beats the LCL \(departure and flow rate\) on \d+ of {tests} fractures", report)
     assert "epochs trained: 3" in report
-    assert "model=cnn" in report and "law=lcl" in report
+    assert "model=cnn" in report and "law=inclined" in report
     assert "max_epochs: 3" in report  # the config
 
 

@@ -22,8 +22,9 @@ import torch
 from conftest import EXAMPLE_FRACTURE
 
 from flowlearn import DarcyProblem, solve_pressure
+from flowlearn.data.inclination import log_inclination_factor
 from flowlearn.data.roughness import RoughnessParams, rough_fracture
-from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.data.schema import Fracture, read_fracture, write_fractures
 from flowlearn.models.baselines import BASELINE_NAMES
 from flowlearn.reporting.runs import metric_series, read_metrics
 
@@ -111,8 +112,14 @@ def test_readme_run_command_trains_on_the_embedded_dataset(tmp_path):
         assert len({float(g.attrs["power_exponent"]) for g in f.values()}) == 1
         assert 0 < group.attrs["power_exponent"] < 6
         active = group["active"][()]
-        # T = Ap^3/12 * W: the written fields agree with the law.
-        expected = np.log(group["aperture"][()][active] ** 3 / 12 * group["correction"][()][active])
+        # T = Ap^3/12 * I * W, the default law with the inclination factor I of the fracture's walls: the written
+        # fields agree with it.
+        # (groups are named "<file stem>__<group>")
+        fracture = read_fracture(ROOT / "data" / "fractures.h5", group.name.split("__", 1)[1])
+        inclination = np.exp(log_inclination_factor(fracture))[active]
+        expected = np.log(
+            group["aperture"][()][active] ** 3 / 12 * inclination * group["correction"][()][active]
+        )
         np.testing.assert_allclose(group["log_k"][()][active], expected, rtol=1e-12)
 
     # `flowlearn predict` rebuilds the model from the run directory alone and reproduces the run's predictions.

@@ -62,6 +62,7 @@ class SystemLayout:
 
         self.num_nodes = grid.num_nodes
         self.free_nodes = np.flatnonzero(free)
+        self.fixed_nodes = np.flatnonzero(fixed)
         self.num_free = self.free_nodes.size
         free_index = np.full(grid.num_nodes, -1, dtype=np.int64)
         free_index[self.free_nodes] = np.arange(self.num_free)
@@ -150,7 +151,7 @@ class SystemLayout:
         They follow ``indices``/``indptr``: the CSC storage of :meth:`matrix`, which is also the CSR storage of A
         since A is symmetric.
         """
-        row_a, row_b, entry_source, _ = self.torch_index_maps(transmissibility.device)
+        row_a, row_b, entry_source = self.torch_index_maps(transmissibility.device)[:3]
         t_free = transmissibility[:, : self.num_free_edges]
         diagonal = transmissibility.new_zeros(transmissibility.shape[0], self.num_free)
         diagonal = diagonal.index_add(1, row_a, transmissibility).index_add(1, row_b, t_free)
@@ -162,16 +163,16 @@ class SystemLayout:
         """Right-hand sides b, float64 (B, num_free), from T (B, num_edges) and heads and sources (B, num_nodes),
         flat image order, on their device."""
         node_b = self.torch_tensors(transmissibility.device)[1]
-        row_a, _, _, free_nodes = self.torch_index_maps(transmissibility.device)
+        row_a, _, _, free_nodes, _ = self.torch_index_maps(transmissibility.device)
         boundary = slice(self.num_free_edges, None)
         inflow = transmissibility[:, boundary] * heads[:, node_b[boundary]]
         return sources[:, free_nodes].index_add(1, row_a[boundary], inflow)
 
     def torch_index_maps(self, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """(row_a, row_b, entry_source, free_nodes) as int64 tensors on ``device``."""
+        """(row_a, row_b, entry_source, free_nodes, fixed_nodes) as int64 tensors on ``device``."""
         key = ("maps", device)
         if key not in self._torch_cache:
-            arrays = (self.row_a, self.row_b, self._entry_source, self.free_nodes)
+            arrays = (self.row_a, self.row_b, self._entry_source, self.free_nodes, self.fixed_nodes)
             self._torch_cache[key] = tuple(
                 torch.as_tensor(x, dtype=torch.int64, device=device) for x in arrays
             )

@@ -12,6 +12,8 @@ A batch is a dict:
 - ``flow_rate``: float (B,), the reference flow rate through the outlet for these heads (the file's value times
   the ratio of the head drops when ``heads`` maps them), NaN where the file stores none;
 - ``voxel_size``: float (B,), metres per pixel, NaN where unknown;
+- ``log_inclination``: float (B, H, W), the log of the mid-surface's inclination factor (see
+  :mod:`flowlearn.data.inclination`), NaN for a fracture without walls;
 - ``name``: list of B strings, ``"<file stem>/<group>"``.
 
 Float tensors have the DataModule's ``dtype`` (float64 by default, the precision of the pressure solve). One batch
@@ -33,6 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
+from flowlearn.data.inclination import log_inclination_factor
 from flowlearn.data.inputs import DEFAULT_INPUTS, check_input_names, input_channels
 from flowlearn.data.schema import list_fractures, missing_pressure, open_file, read_open
 
@@ -165,6 +168,7 @@ class FractureDataset(Dataset):
             "outlet_pressure": torch.tensor(outlet, dtype=self.dtype),
             "flow_rate": torch.tensor(flow_rate, dtype=self.dtype),
             "voxel_size": torch.tensor(fr.voxel_size, dtype=self.dtype),
+            "log_inclination": torch.as_tensor(log_inclination_factor(fr), dtype=self.dtype),
             "name": ref.key,
         }
 

@@ -2,7 +2,14 @@
 
 from flowlearn.models.baselines import BASELINES, Baseline, baseline_log_t, wedge_factor
 from flowlearn.models.correction import CNNCorrection, PixelCorrection, UNetCorrection
-from flowlearn.models.laws import ApSquaredLaw, ExponentLaw, LocalCubicLaw, PermeabilityLaw, power_law_log_t
+from flowlearn.models.laws import (
+    ApSquaredLaw,
+    ExponentLaw,
+    InclinedCubicLaw,
+    LocalCubicLaw,
+    PermeabilityLaw,
+    power_law_log_t,
+)
 
 __all__ = [
     "BASELINES",
@@ -10,6 +17,7 @@ __all__ = [
     "Baseline",
     "CNNCorrection",
     "ExponentLaw",
+    "InclinedCubicLaw",
     "LocalCubicLaw",
     "PermeabilityLaw",
     "PixelCorrection",

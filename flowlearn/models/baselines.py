@@ -14,7 +14,10 @@ their logged metrics:
   <flowlearn.training.module.FractureFlowModule.fit_power_exponent>`);
 - ``wedge``: the LCL with the Stokes-flow correction for non-parallel walls of Nicholl et al. (1999), in the form of
   Brush & Thomson (2003), eq. (33) (see :func:`wedge_factor`). It needs the pixel size (the aperture gradient is a
-  ratio of lengths) and is absent for fractures whose voxel size is unknown.
+  ratio of lengths) and is absent for fractures whose voxel size is unknown;
+- ``inclined``: T = Ap³/12 · I, the LCL of the gap normal to its inclined mid-surface, projected onto the map
+  (I = cos⁴θ for a slope θ along the flow; after Ge 1997; see :mod:`flowlearn.data.inclination`). It needs the walls and is absent for fractures
+  without them. Its law, ``law=inclined``, is what the default model corrects.
 
 References:
     Nicholl, M. J., Rajaram, H., Glass, R. J., and Detwiler, R. (1999). Saturated flow in a single fracture:
@@ -22,6 +25,9 @@ References:
 
     Brush, D. J., and Thomson, N. R. (2003). Fluid flow in synthetic rough-walled fractures: Navier-Stokes, Stokes,
     and local cubic law simulations. Water Resources Research 39(4), 1085, doi:10.1029/2002WR001346.
+
+    Ge, S. (1997). A governing equation for fluid flow in rough fractures. Water Resources Research 33(1), 53-61,
+    doi:10.1029/96WR02588.
 """
 
 from __future__ import annotations
@@ -57,6 +63,11 @@ BASELINES = (
     Baseline("power", "T ∝ Ap^a", "T = (Ā³/12)(Ap/Ā)^a, a fitted on the training split"),
     Baseline(
         "wedge", "wedge-corrected LCL", "T = Ap³/12 · 3(g − arctan g)/g³, g = |∂Ap/∂x| (Brush & Thomson 2003)"
+    ),
+    Baseline(
+        "inclined",
+        "inclination-corrected LCL",
+        "T = Ap³/12 · (1 + m_y²)/(1 + |∇m|²)², m the mid-surface (after Ge 1997)",
     ),
 )
 BASELINE_NAMES = tuple(b.name for b in BASELINES)
@@ -112,15 +123,18 @@ def baseline_log_t(
     active: torch.Tensor,
     pixel_size: torch.Tensor,
     power_exponent: float,
+    log_inclination: torch.Tensor,
 ) -> torch.Tensor | None:
     """log T of baseline ``name`` on a batch of fractures, or None where it cannot be computed: ``power`` before its
-    exponent is fitted (``power_exponent`` NaN), ``wedge`` when a pixel size is unknown (NaN).
+    exponent is fitted (``power_exponent`` NaN), ``wedge`` when a pixel size is unknown (NaN), ``inclined`` when
+    the walls are.
 
     Args:
         name: one of :data:`BASELINE_NAMES`.
         log_aperture, active: (B, *shape) float64 and bool.
         pixel_size: (B,) float64, metres per pixel (NaN where unknown).
         power_exponent: the fitted exponent a of ``power``.
+        log_inclination: (B, *shape) float64, log I of :mod:`flowlearn.data.inclination` (NaN where unknown).
     """
     if name == "uniform":
         return power_law_log_t(log_aperture, active, 0.0)
@@ -133,4 +147,7 @@ def baseline_log_t(
     if name == "wedge":
         known = bool(torch.isfinite(pixel_size).all() and (pixel_size > 0).all())
         return wedge_corrected_log_t(log_aperture, active, pixel_size) if known else None
+    if name == "inclined":
+        known = bool(torch.isfinite(log_inclination).all())
+        return power_law_log_t(log_aperture, active, 3.0) + log_inclination if known else None
     raise ValueError(f"unknown baseline {name!r}; the baselines are {', '.join(BASELINE_NAMES)}")

@@ -8,11 +8,15 @@ of :func:`~flowlearn.darcy.flux.outlet_flow_rate` is in the units of the data's 
 never the pressure.
 
 Every law maps ``log_aperture`` (natural log of the aperture in metres; any finite value at inactive pixels), the
-correction model's raw output ``raw`` and the ``active`` mask, all (B, *shape) (float64, float64, bool), to the
-node log-conductivity (B, *shape) float64. Values at inactive pixels are finite and unused.
+correction model's raw output ``raw``, the ``active`` mask and ``log_inclination`` (the log of the inclination
+factor I of the mid-surface, NaN where the walls are unknown; see :mod:`flowlearn.data.inclination`), all (B, *shape) (float64,
+float64, bool, float64), to the node log-conductivity (B, *shape) float64. Values at inactive pixels are finite and
+unused.
 
 The laws:
 
+- ``inclined`` (the default): T = Ap³/12 · I · W, the local cubic law of the gap normal to its inclined mid-surface,
+  projected onto the map (I = cos⁴θ for a slope along the flow); a fracture without walls gets I = 1, the LCL;
 - ``lcl``: T = Ap³/12 · W, the local cubic law (LCL): the parallel-plate law applied to each pixel's aperture;
 - ``ap2``: T = Ā·Ap²/12 · W, the original work's k = Ap²/12 over a uniform thickness, here the fracture's mean
   aperture Ā (over its active pixels), so that a parallel-plate fracture gets the cubic law's flow rate; within a
@@ -55,14 +59,22 @@ class PermeabilityLaw:
         correction_name: what :meth:`correction` returns, for outputs and figures ("W" or "w").
         has_flow_units: whether exp(log_k) is a transmissivity in m³, so that the solve's flow rate is physical
             and can be compared with (and trained on) the reference flow rate.
+        uses_walls: whether the law reads ``log_inclination``, which fractures without walls lack.
     """
 
     name: str = ""
     initial_raw: float = 0.0
     correction_name: str = "W"
     has_flow_units: bool = True
+    uses_walls: bool = False
 
-    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    def log_k(
+        self,
+        log_aperture: torch.Tensor,
+        raw: torch.Tensor,
+        active: torch.Tensor,
+        log_inclination: torch.Tensor,
+    ) -> torch.Tensor:
         """Node log-conductivity; shapes and dtypes in the module docstring."""
         raise NotImplementedError
 
@@ -79,8 +91,33 @@ class LocalCubicLaw(PermeabilityLaw):
 
     name = "lcl"
 
-    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    def log_k(
+        self,
+        log_aperture: torch.Tensor,
+        raw: torch.Tensor,
+        active: torch.Tensor,
+        log_inclination: torch.Tensor,
+    ) -> torch.Tensor:
         return 3 * log_aperture - math.log(12.0) + raw
+
+
+class InclinedCubicLaw(PermeabilityLaw):
+    """T = Ap³/12 · I · W with W = exp(raw) > 0 starting at 1: the local cubic law of the gap normal to its inclined
+    mid-surface, I its inclination factor (:mod:`flowlearn.data.inclination`), corrected by W; the LCL (I = 1) where
+    the walls are unknown."""
+
+    name = "inclined"
+    uses_walls = True
+
+    def log_k(
+        self,
+        log_aperture: torch.Tensor,
+        raw: torch.Tensor,
+        active: torch.Tensor,
+        log_inclination: torch.Tensor,
+    ) -> torch.Tensor:
+        known = torch.nan_to_num(log_inclination, nan=0.0)
+        return 3 * log_aperture - math.log(12.0) + known + raw
 
 
 class ApSquaredLaw(PermeabilityLaw):
@@ -89,7 +126,13 @@ class ApSquaredLaw(PermeabilityLaw):
 
     name = "ap2"
 
-    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    def log_k(
+        self,
+        log_aperture: torch.Tensor,
+        raw: torch.Tensor,
+        active: torch.Tensor,
+        log_inclination: torch.Tensor,
+    ) -> torch.Tensor:
         return power_law_log_t(log_aperture, active, 2.0) + raw
 
 
@@ -104,7 +147,13 @@ class ExponentLaw(PermeabilityLaw):
     def __init__(self, initial_exponent: float = 0.5) -> None:
         self.initial_raw = initial_exponent
 
-    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    def log_k(
+        self,
+        log_aperture: torch.Tensor,
+        raw: torch.Tensor,
+        active: torch.Tensor,
+        log_inclination: torch.Tensor,
+    ) -> torch.Tensor:
         return 2 * torch.relu(raw) * log_aperture
 
     def correction(self, raw: torch.Tensor) -> torch.Tensor:

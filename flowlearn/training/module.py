@@ -219,7 +219,7 @@ class FractureFlowModule(L.LightningModule):
         outlet flow rate (NaN for a law without flow-rate units)."""
         log_aperture = self.log_aperture(batch)
         raw = self.correction(batch["inputs"])
-        log_k = self.law.log_k(log_aperture, raw, batch["active"])
+        log_k = self.law.log_k(log_aperture, raw, batch["active"], batch["log_inclination"])
         problems = self._problems_of(batch)
         pressure = torch.stack([self._solve(log_k[i], problem) for i, problem in enumerate(problems)])
         if self.law.has_flow_units:
@@ -249,16 +249,19 @@ class FractureFlowModule(L.LightningModule):
     def baseline_solutions(self, batch: dict, index: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """Pressure (*shape, float64, NaN where inactive) and outlet flow rate (0-d float64) of every baseline that
         applies to fracture ``index`` of the batch, by baseline name (``power`` is absent before its exponent is
-        fitted, ``wedge`` where the voxel size is unknown)."""
+        fitted, ``wedge`` where the voxel size is unknown, ``inclined`` where the walls are)."""
         log_aperture = self.log_aperture(batch)[index : index + 1]
         active = batch["active"][index : index + 1]
         pixel_size = batch["voxel_size"][index : index + 1].to(torch.float64)
+        log_inclination = batch["log_inclination"][index : index + 1].to(torch.float64)
         problem = self.problem(
             batch["name"][index], batch["active"][index], *self._heads(batch, index), baseline=True
         )
         solutions = {}
         for name in BASELINE_NAMES:
-            log_t = baseline_log_t(name, log_aperture, active, pixel_size, float(self.power_exponent))
+            log_t = baseline_log_t(
+                name, log_aperture, active, pixel_size, float(self.power_exponent), log_inclination
+            )
             if log_t is not None:
                 pressure = self._solve(log_t[0], problem)
                 solutions[name] = (pressure, outlet_flow_rate(log_t[0], pressure, problem))

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from flowlearn.data.datamodule import FractureDataset, find_fractures
+from flowlearn.data.inclination import NO_WALLS, fractures_without_inclination
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.schema import read_fracture
 from flowlearn.data.statistics import aperture_statistics, out_of_range
@@ -32,7 +33,8 @@ def predict(
     Files whose fractures lack what the model's input channels need (the walls) are refused with a
     :class:`~flowlearn.errors.DataValidationError` naming file and fracture, before any prediction. Each aperture
     statistic of an input fracture outside the training split's range, as the checkpoint records it, is passed
-    to ``warn`` as one line naming the fracture, the statistic, its value and the range.
+    to ``warn`` as one line naming the fracture, the statistic, its value and the range; so is each fracture
+    without walls given to a model whose law reads them (``law=inclined``).
 
     Returns the number of fractures written.
     """
@@ -42,6 +44,9 @@ def predict(
     module, _ = load_run(run_dir, checkpoint)
     needs, needed_by = module.correction.inputs, f"the model of {run_dir} reads"
     require_inputs(paths, needs, needed_by)
+    if module.law.uses_walls:
+        for where in fractures_without_inclination(paths):
+            warn(f"{where}: {NO_WALLS}")
     if not module.training_statistics:
         warn(
             f"{checkpoint or run_dir}: no training statistics in the checkpoint; inputs are not compared with them"

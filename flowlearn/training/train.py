@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from flowlearn.data.datamodule import FractureDataset
+from flowlearn.data.inclination import NO_WALLS, fractures_without_inclination
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, statistic_ranges
@@ -105,6 +106,9 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         )
 
     law = instantiate(cfg.law)
+    flat = fractures_without_inclination(cfg.data.path) if law.uses_walls else []
+    if flat:
+        log.warning(f"law={law.name}: {len(flat)} fracture(s) have {NO_WALLS}; the first: {flat[0]}")
     weight = flow_rate_weight(OmegaConf.select(cfg, "loss.flow_rate_weight"), law, datamodule.splits["train"])
     train_refs = datamodule.splits["train"].refs
     correction = build_correction(cfg.model, law, train_refs)
