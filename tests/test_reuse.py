@@ -8,7 +8,7 @@ from conftest import DIRECT_BACKENDS
 
 from flowlearn import ConvergenceError, DarcyProblem, solve_pressure
 from flowlearn.engines import cholmod_available, make_engine
-from flowlearn.engines.pcg import pcg
+from flowlearn.engines.pcg import pcg, symmetric_product
 
 
 def _field(shape, seed):
@@ -122,3 +122,15 @@ def test_pcg_reaches_the_energy_norm_tolerance_and_reports_failure():
     assert energy_error <= 1e-11 * np.sqrt(exact @ laplacian @ exact)
     stalled = pcg(laplacian, rhs, lambda r: jacobi * r, None, rtol=1e-12, max_iter=3)
     assert not stalled.converged and stalled.iterations == 3
+
+
+def test_the_threaded_product_is_the_matrix_product_of_a_symmetric_matrix_in_any_storage():
+    rng = np.random.default_rng(7)
+    n = 300
+    random = sp.random(n, n, density=0.02, random_state=rng, format="csr")
+    symmetric = random + random.T + sp.eye(n)
+    x, block = rng.normal(size=n), rng.normal(size=(n, 3))
+    for matrix in (symmetric.tocsc(), symmetric.tocsr(), symmetric.tocoo(), symmetric.toarray()):
+        product = symmetric_product(matrix)
+        np.testing.assert_allclose(product(x), symmetric @ x, rtol=1e-14, atol=1e-13)
+        np.testing.assert_allclose(product(block), symmetric @ block, rtol=1e-14, atol=1e-13)

@@ -271,7 +271,10 @@ def _check_maximum_principle(
         pressure, heads, flows = (x.numpy() for x in (pressure, heads, flows))
     else:
         free, fixed = layout.torch_index_maps(pressure.device)[3:]
-    source_free = ~(flows[:, free] != 0).any(1)
+    # A forward solve usually has no source anywhere, which needs no gather to see.
+    source_free = ~(flows[:, free] != 0).any(1) if bool(flows.any()) else ~flows.any(1)
+    if not bool(source_free.any()):
+        return
     low, high = _row_range(heads[:, fixed])
     slack = MAXIMUM_PRINCIPLE_SLACK * (high - low) + 1e-300
     lowest, highest = _row_range(pressure[:, free])

@@ -8,6 +8,7 @@ true residual b - A x, and report a miss instead of returning silently.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,6 +16,31 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from scipy.linalg.blas import daxpy
+
+
+def symmetric_product(matrix: sp.spmatrix) -> Callable[[np.ndarray], np.ndarray]:
+    """``x -> matrix @ x`` for a symmetric float64 CSC or CSR matrix and x float64 (n,) or (n, k), by torch's CSR
+    kernel on all of torch's threads, reading the matrix's own arrays (no copy). scipy's product runs on one core:
+    on 2 cores torch's is 2x faster at 66k unknowns and 3x at 1M. A symmetric CSC matrix's arrays are also its CSR
+    arrays; the index arrays are made int32 where they are not (int32 is torch's fast path)."""
+    if not sp.issparse(matrix) or matrix.format not in ("csc", "csr"):
+        matrix = sp.csr_matrix(matrix)
+    indptr, indices = (
+        torch.from_numpy(np.asarray(a, dtype=np.int32)) for a in (matrix.indptr, matrix.indices)
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+        csr = torch.sparse_csr_tensor(
+            indptr, indices, torch.from_numpy(matrix.data), size=matrix.shape, check_invariants=False
+        )
+
+    def product(x: np.ndarray) -> np.ndarray:
+        if x.ndim == 1:
+            return torch.mv(csr, torch.from_numpy(x)).numpy()
+        # Column by column: torch's sparse-dense matrix product is slower than k products with vectors.
+        return np.stack([product(np.ascontiguousarray(column)) for column in x.T], axis=1)
+
+    return product
 
 
 @dataclass
@@ -33,7 +59,8 @@ def pcg(
     rtol: float,
     max_iter: int,
 ) -> PCGResult:
-    """Solve the SPD system ``matrix @ x = rhs`` by CG preconditioned with ``precondition`` (~ A^{-1}).
+    """Solve the SPD system ``matrix @ x = rhs`` by CG preconditioned with ``precondition`` (~ A^{-1}), with
+    :func:`symmetric_product`'s matrix-vector products.
 
     Stops when sqrt(r.M^{-1}r) <= rtol * sqrt(b.x): for M close to A this is the relative error in the energy
     norm. The stopping test is confirmed on the true residual b - A x, so round-off drift in the recursive
@@ -50,9 +77,10 @@ def pcg(
     rhs = np.asarray(rhs, dtype=np.float64)
     if not np.any(rhs):
         return PCGResult(np.zeros_like(rhs), 0, True, 0.0)
+    product = symmetric_product(matrix)
     # Vectors are updated in place through BLAS: on large grids, temporaries cost as much as the arithmetic.
     x = np.zeros_like(rhs) if x0 is None else np.array(x0, dtype=np.float64)  # a contiguous copy, for BLAS
-    r = rhs - matrix @ x
+    r = rhs - product(x)
     z = precondition(r)
     rz = float(r @ z)
     p = z.copy()
@@ -62,7 +90,7 @@ def pcg(
         estimate = np.sqrt(abs(rz) / scale) if scale > 0 else np.inf
         if estimate <= rtol:
             # Trust the recursive residual only while it still tracks the true one (round-off drift).
-            true_residual = rhs - matrix @ x
+            true_residual = rhs - product(x)
             if np.linalg.norm(true_residual - r) <= 0.5 * np.linalg.norm(r):
                 return PCGResult(x, iteration, True, estimate)
             r = true_residual
@@ -72,7 +100,7 @@ def pcg(
             continue
         if iteration == max_iter:
             break
-        q = matrix @ p
+        q = product(p)
         alpha = rz / float(p @ q)
         daxpy(p, x, a=alpha)
         daxpy(q, r, a=-alpha)
