@@ -154,7 +154,9 @@ def flow_rate_weight(setting: float | None, law: PermeabilityLaw, train: Fractur
     missing = [item["name"] for item in items if not torch.isfinite(item["flow_rate"])]
     problem = None
     if not law.has_flow_units:
-        problem = f"law={law.name}'s conductivity has no flow-rate units (use law=lcl or law=ap2)"
+        problem = (
+            f"law={law.name}'s conductivity has no flow-rate units (use law=inclined, law=lcl or law=ap2)"
+        )
     elif missing:
         listed = ", ".join(missing[:_LISTED_FRACTURES]) + (
             ", ..." if len(missing) > _LISTED_FRACTURES else ""
