@@ -49,8 +49,9 @@ NO_WALLS = "no walls, so the mid-surface is taken as flat (cos θ = 1): the incl
 
 
 def fractures_without_inclination(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """``"<path>: group '<name>'"`` for every fracture of ``paths`` whose inclination factor is unknown for want of
-    walls; reads no arrays."""
+    """``"<path>: group '<name>'"`` for every fracture of ``paths`` without walls or with a 3D map, whose inclination
+    factor is therefore unknown; reads no arrays (so a walled map of unknown voxel size, also without a factor, is
+    not listed)."""
     return [
         f"{os.fspath(path)}: group '{info.name}'"
         for path in paths

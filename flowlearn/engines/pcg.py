@@ -22,11 +22,12 @@ def symmetric_product(matrix: sp.spmatrix) -> Callable[[np.ndarray], np.ndarray]
     """``x -> matrix @ x`` for a symmetric float64 CSC or CSR matrix and x float64 (n,) or (n, k), by torch's CSR
     kernel on all of torch's threads, reading the matrix's own arrays (no copy). scipy's product runs on one core:
     on 2 cores torch's is 2x faster at 66k unknowns and 3x at 1M. A symmetric CSC matrix's arrays are also its CSR
-    arrays; the index arrays are made int32 where they are not (int32 is torch's fast path)."""
+    arrays; the index arrays are made int32 where they fit (torch's fast path)."""
     if not sp.issparse(matrix) or matrix.format not in ("csc", "csr"):
         matrix = sp.csr_matrix(matrix)
+    index_type = np.int32 if matrix.nnz < 2**31 else np.int64
     indptr, indices = (
-        torch.from_numpy(np.asarray(a, dtype=np.int32)) for a in (matrix.indptr, matrix.indices)
+        torch.from_numpy(np.asarray(a, dtype=index_type)) for a in (matrix.indptr, matrix.indices)
     )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
