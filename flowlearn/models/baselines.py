@@ -16,8 +16,8 @@ their logged metrics:
   Brush & Thomson (2003), eq. (33) (see :func:`wedge_factor`). It needs the pixel size (the aperture gradient is a
   ratio of lengths) and is absent for fractures whose voxel size is unknown;
 - ``inclined``: T = Ap³/12 · I, the LCL of the gap normal to its inclined mid-surface, projected onto the map
-  (I = cos⁴θ for a slope θ along the flow; after Ge 1997; see :mod:`flowlearn.data.inclination`). It needs the walls and is absent for fractures
-  without them. Its law, ``law=inclined``, is what the default model corrects.
+  (I = cos⁴θ for a slope θ along the flow; after Ge 1997; see :mod:`flowlearn.data.inclination`). It needs the
+  walls and is absent for fractures without them. Its law, ``law=inclined``, is what the default model corrects.
 
 References:
     Nicholl, M. J., Rajaram, H., Glass, R. J., and Detwiler, R. (1999). Saturated flow in a single fracture:

@@ -9,9 +9,9 @@ never the pressure.
 
 Every law maps ``log_aperture`` (natural log of the aperture in metres; any finite value at inactive pixels), the
 correction model's raw output ``raw``, the ``active`` mask and ``log_inclination`` (the log of the inclination
-factor I of the mid-surface, NaN where the walls are unknown; see :mod:`flowlearn.data.inclination`), all (B, *shape) (float64,
-float64, bool, float64), to the node log-conductivity (B, *shape) float64. Values at inactive pixels are finite and
-unused.
+factor I of the mid-surface, NaN where the walls are unknown; see :mod:`flowlearn.data.inclination`), all
+(B, *shape) (float64, float64, bool, float64), to the node log-conductivity (B, *shape) float64. Values at
+inactive pixels are finite and unused.
 
 The laws:
 
@@ -101,7 +101,7 @@ class LocalCubicLaw(PermeabilityLaw):
         return 3 * log_aperture - math.log(12.0) + raw
 
 
-class InclinedCubicLaw(PermeabilityLaw):
+class InclinedCubicLaw(LocalCubicLaw):
     """T = Ap³/12 · I · W with W = exp(raw) > 0 starting at 1: the local cubic law of the gap normal to its inclined
     mid-surface, I its inclination factor (:mod:`flowlearn.data.inclination`), corrected by W; the LCL (I = 1) where
     the walls are unknown."""
@@ -116,8 +116,8 @@ class InclinedCubicLaw(PermeabilityLaw):
         active: torch.Tensor,
         log_inclination: torch.Tensor,
     ) -> torch.Tensor:
-        known = torch.nan_to_num(log_inclination, nan=0.0)
-        return 3 * log_aperture - math.log(12.0) + known + raw
+        lcl = super().log_k(log_aperture, raw, active, log_inclination)
+        return lcl + torch.nan_to_num(log_inclination, nan=0.0)
 
 
 class ApSquaredLaw(PermeabilityLaw):
