@@ -133,9 +133,10 @@ def test_the_real_fracture_is_far_from_every_power_law():
     (check,) = check_files([EXAMPLE_FRACTURE])
     assert check.lcl_variation == pytest.approx(0.15, abs=0.01)
     assert check.power_law_variation > 0.1
-    # Its own Darcy solution under the LCL would vary by round-off.
+    # Its own Darcy solution under the LCL varies only by the solve's tolerance (rtol 1e-11 on the energy norm of
+    # the error leaves column fluxes equal to ~1e-9).
     fracture = read_fracture(EXAMPLE_FRACTURE, "fracture_1")
     problem = DarcyProblem.fracture(fracture.shape)
     log_t = torch.from_numpy(3 * np.log(fracture.aperture.astype(np.float64)))
     solved = dataclasses.replace(fracture, pressure=solve_pressure(log_t, problem).numpy())
-    assert check_fracture(solved, "solved").lcl_variation < 1e-10
+    assert check_fracture(solved, "solved").lcl_variation < 1e-8

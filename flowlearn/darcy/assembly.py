@@ -61,6 +61,7 @@ class SystemLayout:
         self.num_free_edges = int(both_free.sum())
 
         self.num_nodes = grid.num_nodes
+        self.shape = grid.shape  # image shape (H, W) or (D, H, W)
         self.free_nodes = np.flatnonzero(free)
         self.fixed_nodes = np.flatnonzero(fixed)
         self.num_free = self.free_nodes.size

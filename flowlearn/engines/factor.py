@@ -12,6 +12,10 @@ chooses per solve:
 * the matrix is close to it -> CG preconditioned by the old factor, started from the best combination of the last
   solutions of that role, to the same tight tolerance. A factor of a nearby matrix is an excellent
   preconditioner, and it costs a few triangular solves instead of a new factorisation;
+* otherwise, on a 2D grid of at least ``multigrid_unknowns`` free nodes, a matrix that nothing suggests will be
+  reused (a one-off solve, the first of a run) -> CG preconditioned by a smoothed-aggregation multigrid
+  hierarchy (:mod:`~flowlearn.engines.multigrid`), 2.5x faster than a factorisation; the adjoint of the same
+  matrix reuses the hierarchy. Should CG stall, a factorisation takes over;
 * otherwise -> a new numeric factorisation (the symbolic analysis is kept per problem).
 
 An old factor grows a worse preconditioner as the conductivities drift away from it, so CG needs more iterations
@@ -38,7 +42,7 @@ from scipy.linalg.blas import daxpy
 from threadpoolctl import ThreadpoolController
 
 from flowlearn.engines.base import Engine
-from flowlearn.engines.pcg import pcg, symmetric_product
+from flowlearn.engines.pcg import PCGResult, pcg, symmetric_product
 from flowlearn.errors import ConvergenceError
 
 # Earlier solutions per role and batch slot whose span CG starts in (see _start).
@@ -52,14 +56,23 @@ if TYPE_CHECKING:
 class Factor(ABC):
     """An (approximate) inverse of one matrix. ``exact`` is True when ``apply`` solves with it to round-off;
     ``reusable`` is False for a factor made quickly for its own matrix alone, which a nearby matrix replaces by one
-    worth reusing rather than iterate with."""
+    worth reusing rather than iterate with. ``give_way_after``, for an inexact one, is the number of CG iterations
+    after which a factorisation takes over (None: the engine's ``max_iter``, after which CG fails)."""
 
     exact: bool
     reusable: bool = True
+    give_way_after: int | None = None
 
     @abstractmethod
     def apply(self, rhs: np.ndarray) -> np.ndarray:
         """Return ``A^{-1} rhs`` (or its approximation) for rhs float64 (n,)."""
+
+    def cg(
+        self, matrix: sp.csc_matrix, rhs: np.ndarray, x0: np.ndarray | None, rtol: float, max_iter: int
+    ) -> PCGResult:
+        """:func:`~flowlearn.engines.pcg.pcg` on ``matrix @ x = rhs`` preconditioned by this factor, with torch's
+        threaded products."""
+        return pcg(symmetric_product(matrix), rhs, self.apply, x0, rtol, max_iter)
 
 
 @dataclass
@@ -104,6 +117,9 @@ class FactorEngine(Engine):
         max_iter: Iteration limit of CG with a fresh inexact factor (AMG).
         reuse_budget: CG iterations allowed with an old direct factor before refactoring instead. None adapts it
             to the measured cost ratio of a factorisation and an iteration, so small grids simply refactor.
+        multigrid_unknowns: Fewest free nodes of a 2D grid for which a matrix not expected to be reused is solved
+            by multigrid-preconditioned CG instead of a factorisation (None: never). Below ~10^4 unknowns a
+            factorisation is as fast.
     """
 
     exact: ClassVar[bool]
@@ -115,12 +131,14 @@ class FactorEngine(Engine):
         max_change: float = 0.5,
         max_iter: int = 1000,
         reuse_budget: int | None = None,
+        multigrid_unknowns: int | None = 10_000,
     ) -> None:
         super().__init__()
         if not 0 < rtol < 1:
             raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
         self.rtol, self.reuse, self.max_change = rtol, reuse, max_change
         self.max_iter, self.reuse_budget = max_iter, reuse_budget
+        self.multigrid_unknowns = multigrid_unknowns
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rtol={self.rtol}, reuse={self.reuse})"
@@ -173,18 +191,20 @@ class FactorEngine(Engine):
     def _solve_slot(
         self, state: FactorState, entry: _Slot, role: str, matrix: sp.csc_matrix, rhs: np.ndarray
     ) -> np.ndarray:
-        if entry.factor is not None and entry.factor.exact and _equal(entry.factored_data, matrix.data):
-            return self._direct(entry, matrix, rhs)
-        budget = self._budget(state, entry)
-        if budget and self._close(entry, matrix.data):
+        if entry.factor is not None and _equal(entry.factored_data, matrix.data):
+            result = self._with_factor(state, entry, role, matrix, rhs)
+            if result is not None:
+                return result
+        elif (budget := self._budget(state, entry)) and self._close(entry, matrix.data):
             result = self._pcg(state, entry, role, matrix, rhs, budget)
             if result is not None:
                 return result
         expect_reuse = self.reuse and entry.factor is not None and self._close(entry, matrix.data)
         self._factorize(state, entry, matrix, expect_reuse)
-        if entry.factor.exact:
-            return self._direct(entry, matrix, rhs)
-        result = self._pcg(state, entry, role, matrix, rhs, self.max_iter)
+        result = self._with_factor(state, entry, role, matrix, rhs)
+        if result is None and entry.factor.give_way_after is not None:
+            self._factorize(state, entry, matrix, expect_reuse, multigrid=False)
+            result = self._with_factor(state, entry, role, matrix, rhs)
         if result is None:
             raise ConvergenceError(
                 f"{self.name}-preconditioned CG did not reach rtol={self.rtol:g} within {self.max_iter} "
@@ -192,6 +212,15 @@ class FactorEngine(Engine):
                 "direct backend (cholmod, superlu)"
             )
         return result
+
+    def _with_factor(
+        self, state: FactorState, entry: _Slot, role: str, matrix: sp.csc_matrix, rhs: np.ndarray
+    ) -> np.ndarray | None:
+        """Solve with the slot's factor of this very matrix: directly when it is exact, else by CG to rtol (None
+        when CG misses it)."""
+        if entry.factor.exact:
+            return self._direct(entry, matrix, rhs)
+        return self._pcg(state, entry, role, matrix, rhs, entry.factor.give_way_after or self.max_iter)
 
     def _budget(self, state: FactorState, entry: _Slot) -> int:
         """CG iterations worth spending with the slot's old factor (0: refactor right away)."""
@@ -226,23 +255,49 @@ class FactorEngine(Engine):
             solution = entry.factor.apply(rhs)
             return solution + entry.factor.apply(rhs - symmetric_product(matrix)(solution))
 
-    def _factorize(self, state: FactorState, entry: _Slot, matrix: sp.csc_matrix, expect_reuse: bool) -> None:
+    def _factorize(
+        self,
+        state: FactorState,
+        entry: _Slot,
+        matrix: sp.csc_matrix,
+        expect_reuse: bool,
+        multigrid: bool = True,
+    ) -> None:
         start = time.perf_counter()
-        entry.factor = self.factorize(matrix, state.symbolic, expect_reuse)
-        state.factor_seconds = _running(state.factor_seconds, time.perf_counter() - start)
+        factor = self._multigrid(state.layout, matrix) if multigrid and not expect_reuse else None
+        entry.factor = factor or self.factorize(matrix, state.symbolic, expect_reuse)
+        if entry.factor.reusable:
+            # The estimate that sizes the reuse budget: what replacing a reused factor costs.
+            state.factor_seconds = _running(state.factor_seconds, time.perf_counter() - start)
         entry.factored_data = matrix.data.copy()
         entry.closeness = None
         entry.life_seconds, entry.life_solves, entry.cg_seconds = 0.0, 0, 0.0
         self.stats.factorizations += 1
 
+    def _multigrid(self, layout: SystemLayout, matrix: sp.csc_matrix) -> Factor | None:
+        """A multigrid hierarchy for a one-off matrix of a 2D grid large enough to gain from one, else None."""
+        if (
+            self.multigrid_unknowns is None
+            or len(layout.shape) != 2
+            or matrix.shape[0] < self.multigrid_unknowns
+        ):
+            return None
+        # Imported here: loading numba's compiled kernels costs a one-off solve's time, paid only by those that use it.
+        from flowlearn.engines.multigrid import Multigrid
+
+        try:
+            return Multigrid(matrix, layout.free_nodes, layout.shape)
+        except np.linalg.LinAlgError:  # a coarsest matrix that round-off left indefinite: factor instead
+            return None
+
     def _pcg(self, state, entry, role, matrix, rhs, max_iter) -> np.ndarray | None:
         start = time.perf_counter()
         with _single_threaded_blas():
             start_guess = _start(matrix, rhs, entry.solutions.get(role, []))
-            result = pcg(matrix, rhs, entry.factor.apply, start_guess, self.rtol, max_iter)
+            result = entry.factor.cg(matrix, rhs, start_guess, self.rtol, max_iter)
         seconds = time.perf_counter() - start
         entry.cg_seconds = _running(entry.cg_seconds, seconds)
-        if result.iterations:
+        if result.iterations and entry.factor.reusable:
             state.apply_seconds = _running(state.apply_seconds, seconds / result.iterations)
         self.stats.pcg_solves += 1
         self.stats.pcg_iterations += result.iterations

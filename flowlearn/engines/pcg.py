@@ -53,22 +53,21 @@ class PCGResult:
 
 
 def pcg(
-    matrix: sp.spmatrix,
+    product: Callable[[np.ndarray], np.ndarray],
     rhs: np.ndarray,
     precondition: Callable[[np.ndarray], np.ndarray],
     x0: np.ndarray | None,
     rtol: float,
     max_iter: int,
 ) -> PCGResult:
-    """Solve the SPD system ``matrix @ x = rhs`` by CG preconditioned with ``precondition`` (~ A^{-1}), with
-    :func:`symmetric_product`'s matrix-vector products.
+    """Solve the SPD system ``A x = rhs`` by CG preconditioned with ``precondition`` (~ A^{-1}).
 
     Stops when sqrt(r.M^{-1}r) <= rtol * sqrt(b.x): for M close to A this is the relative error in the energy
     norm. The stopping test is confirmed on the true residual b - A x, so round-off drift in the recursive
     residual cannot end the iteration early (the iteration restarts from the true residual instead).
 
     Args:
-        matrix: SPD float64 (n, n).
+        product: x -> A x for x float64 (n,), A SPD (:func:`symmetric_product` of a matrix).
         rhs: float64 (n,).
         precondition: applies an approximation of A^{-1} to a vector (n,).
         x0: starting guess (n,), or None for zero.
@@ -78,7 +77,6 @@ def pcg(
     rhs = np.asarray(rhs, dtype=np.float64)
     if not np.any(rhs):
         return PCGResult(np.zeros_like(rhs), 0, True, 0.0)
-    product = symmetric_product(matrix)
     # Vectors are updated in place through BLAS: on large grids, temporaries cost as much as the arithmetic.
     x = np.zeros_like(rhs) if x0 is None else np.array(x0, dtype=np.float64)  # a contiguous copy, for BLAS
     r = rhs - product(x)

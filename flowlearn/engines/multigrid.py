@@ -1,0 +1,359 @@
+"""Smoothed-aggregation multigrid on the pixel grid: the preconditioner of one-off solves on 2D grids.
+
+A matrix that will not be reused (predict, the first step of a run) is not worth a sparse factorisation: one
+multigrid hierarchy costs a few sweeps over the grid, and CG preconditioned by its V-cycle reaches the same
+tolerance in 20-30 iterations, whatever the grid's size. The free-node system of a 2D grid is a 5-point stencil on
+the image; every level keeps it on a grid, so the hierarchy is a handful of (H, W) arrays and every operation is a
+compiled loop over them.
+
+Each level holds a symmetric 9-point stencil ``A`` (the finest one has only 5 points) as its diagonal ``d`` and the
+couplings to the four "forward" neighbours, east (i, j+1), north (i+1, j), north-east (i+1, j+1) and north-west
+(i+1, j-1); the couplings to the other four are those of the neighbour's forward ones. Pixels that carry no
+unknown (inactive, or of fixed head) are decoupled placeholders: d = 1, no couplings, zero right-hand side.
+
+Coarsening aggregates 3x3 blocks of pixels. The tentative prolongation P0 copies a block's coarse value to its
+pixels; smoothing it with one damped-Jacobi step gives
+
+    P   = (I - w D^{-1} A) P0,          w = 4 / (3 rho),   rho >= rho(D^{-1} A) (Gershgorin)
+    A_c = P^T A P                         (Galerkin; a 9-point stencil again on the coarse grid)
+
+(Vanek, Mandel & Brezina 1996). Neither P nor A_c is ever stored as a sparse matrix: P and P^T are applied
+through one stencil product each, and A_c is read off nine probes A_c v_c, where v_c is 1 on the coarse nodes of
+one of the nine classes (I mod 3, J mod 3) and 0 elsewhere: within any 3x3 neighbourhood every class appears once.
+
+The V-cycle smooths with one multicolour Gauss-Seidel sweep before the coarse correction and the same sweep with
+its colours reversed after it: a symmetric cycle, so a valid CG preconditioner. The colours (red-black on the
+5-point finest level, four on the 9-point ones) uncouple the nodes they update, so a row's updates carry no
+dependency from one node to the next and vectorise, unlike a lexicographic sweep's. The coarsest level (at most
+``COARSEST`` nodes) is solved by the inverse of its dense Cholesky factorisation. The hierarchy is built in float64
+and cycled in float32: a preconditioner needs no more digits, the cycle's time goes into streaming its arrays from
+memory, and CG itself runs in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+from numba import njit
+
+from flowlearn.engines.factor import Factor
+from flowlearn.engines.pcg import PCGResult, pcg
+
+# The coarsest level is factored densely once it has at most this many nodes.
+COARSEST = 400
+# CG iterations after which the engine factors instead (CG needs 20-30 to reach 1e-11 on fracture grids).
+GIVE_WAY_AFTER = 100
+# Forward neighbours (row offset, column offset) in the order of the couplings array.
+FORWARD = ((0, 1), (1, 0), (1, 1), (1, -1))
+
+
+@dataclass
+class _Level:
+    """One level, on a grid padded by a ring of zeros so that the loops need no bounds checks.
+
+    Attributes:
+        diagonal: float64 (H+2, W+2) (float32 in the cycle's copy); 1 on placeholders and on the ring.
+        couplings: float64 or float32 (4, H+2, W+2), the entries a[p, p + FORWARD[k]]; 0 wherever either end is a
+            placeholder or on the ring.
+        kept: bool (H+2, W+2), the pixels that carry an unknown.
+        omega: Damping of the prolongation smoother, 4 / (3 rho).
+    """
+
+    diagonal: np.ndarray
+    couplings: np.ndarray
+    kept: np.ndarray
+    omega: float
+    colours: int  # of the smoother: 2 for the finest level's 5-point stencil, 4 for 9 points
+
+    @cached_property
+    def inverse_diagonal(self) -> np.ndarray:
+        return 1.0 / self.diagonal
+
+    @cached_property
+    def scratch(self) -> np.ndarray:
+        """Work space of the prolongation."""
+        return np.zeros_like(self.diagonal)
+
+    def single(self) -> _Level:
+        """This level in float32, for the cycle."""
+        as32 = (x.astype(np.float32) for x in (self.diagonal, self.couplings))
+        return _Level(*as32, self.kept, self.omega, self.colours)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.diagonal.shape[0] - 2, self.diagonal.shape[1] - 2
+
+
+class Multigrid(Factor):
+    """One symmetric V-cycle of a smoothed-aggregation hierarchy, as an approximate inverse of the free-node matrix.
+
+    Args:
+        matrix: SPD float64 (n, n), CSC, the free-node system: free node i is pixel ``pixels[i]``, and every
+            off-diagonal entry couples two pixels that are 4-neighbours on the grid.
+        pixels: int64 (n,), flat image (C-order) index of each free node.
+        shape: Image shape (H, W).
+
+    Raises:
+        numpy.linalg.LinAlgError: the coarsest matrix is not positive definite (a singular system).
+    """
+
+    exact = False
+    reusable = False
+    give_way_after = GIVE_WAY_AFTER
+
+    def __init__(self, matrix: sp.csc_matrix, pixels: np.ndarray, shape: tuple[int, int]) -> None:
+        height, width = shape
+        rows, cols = (x + 1 for x in np.divmod(pixels.astype(np.int64), width))
+        # Flat index of each free node in the padded arrays: scatter and gather with one index.
+        self._padded_index = rows * (width + 2) + cols
+        diagonal = np.ones((height + 2, width + 2))
+        couplings = np.zeros((4, height + 2, width + 2))
+        _fill_finest(matrix.indptr, matrix.indices, matrix.data, rows, cols, diagonal, couplings)
+        kept = np.zeros((height + 2, width + 2), dtype=bool)
+        kept[rows, cols] = True
+        self.levels = [_level(diagonal, couplings, kept, colours=2)]
+        while self.levels[-1].kept[1:-1, 1:-1].size > COARSEST:
+            self.levels.append(_coarsen(self.levels[-1]))
+        coarsest = scipy.linalg.cho_factor(_dense(self.levels[-1]))
+        self._coarsest_inverse = scipy.linalg.cho_solve(coarsest, np.eye(coarsest[0].shape[0]))
+        self._cycle_levels = [level.single() for level in self.levels]
+
+    def apply(self, rhs: np.ndarray) -> np.ndarray:
+        return self._gather(self._precondition(self._scatter(rhs)))
+
+    def cg(
+        self, matrix: sp.csc_matrix, rhs: np.ndarray, x0: np.ndarray | None, rtol: float, max_iter: int
+    ) -> PCGResult:
+        """CG on the padded image rather than on the free nodes (``matrix`` is the one the hierarchy was built
+        from): the product is then the finest stencil and the cycle needs no scatter or gather. Placeholders keep
+        b = 0 and so x = 0, which makes it the same iteration. Everything runs on one core: between one-core
+        sweeps, torch's threads cost more to wake than they save (2x slower at 66k unknowns on 2 cores)."""
+        finest = self.levels[0]
+        zeros, image = np.zeros_like(finest.diagonal), np.zeros_like(finest.diagonal)
+
+        def product(x: np.ndarray) -> np.ndarray:
+            _residual(finest.diagonal, finest.couplings, zeros, x.reshape(zeros.shape), image)  # 0 - A x
+            return -image.ravel()
+
+        start = None if x0 is None else self._scatter(x0).ravel()
+        result = pcg(product, self._scatter(rhs).ravel(), self._precondition, start, rtol, max_iter)
+        return replace(result, solution=self._gather(result.solution))
+
+    def _scatter(self, free: np.ndarray) -> np.ndarray:
+        """Free-node vector (n,) -> padded float64 image, zero elsewhere."""
+        padded = np.zeros_like(self.levels[0].diagonal)
+        padded.ravel()[self._padded_index] = free
+        return padded
+
+    def _gather(self, padded: np.ndarray) -> np.ndarray:
+        """Padded image (any shape of its size) -> free-node float64 vector (n,)."""
+        return padded.ravel()[self._padded_index].astype(np.float64, copy=False)
+
+    def _precondition(self, residual: np.ndarray) -> np.ndarray:
+        """One V-cycle on a padded float64 residual (any shape of its size), in float32; float64 of its shape."""
+        b = residual.reshape(self.levels[0].diagonal.shape).astype(np.float32)
+        return self._cycle(0, b).astype(np.float64).reshape(residual.shape)
+
+    def _cycle(self, depth: int, b: np.ndarray) -> np.ndarray:
+        """x ~ A^{-1} b on level ``depth``, padded float32 arrays."""
+        level = self._cycle_levels[depth]
+        x = np.zeros_like(b)
+        if depth == len(self.levels) - 1:
+            x[1:-1, 1:-1] = (self._coarsest_inverse @ b[1:-1, 1:-1].ravel()).reshape(level.shape)
+            return x
+        _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, True)
+        residual = np.zeros_like(b)
+        _residual(level.diagonal, level.couplings, b, x, residual)
+        coarse_x = self._cycle(depth + 1, _restrict(level, residual))
+        _prolong_add(level.diagonal, level.couplings, level.omega, coarse_x, level.scratch, x)
+        _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, False)
+        return x
+
+
+def _level(diagonal: np.ndarray, couplings: np.ndarray, kept: np.ndarray, colours: int) -> _Level:
+    """A level of the given stencil, with its prolongation damping from the Gershgorin bound on rho(D^{-1} A)."""
+    row_sums = np.zeros_like(diagonal)  # sum_j |a_ij| = 0 - |A| (-1)
+    ones = np.ones_like(diagonal)
+    _residual(np.abs(diagonal), np.abs(couplings), np.zeros_like(diagonal), -ones, row_sums)
+    rho = float((row_sums / diagonal)[kept].max()) if kept.any() else 1.0
+    return _Level(diagonal, couplings, kept, 4.0 / (3.0 * rho), colours)
+
+
+def _coarse_grid(fine: _Level) -> np.ndarray:
+    """Zeros on the padded grid of the level below ``fine`` (3x3 blocks, the last ones clipped)."""
+    height, width = fine.shape
+    return np.zeros((-(-height // 3) + 2, -(-width // 3) + 2), dtype=fine.diagonal.dtype)
+
+
+def _restrict(fine: _Level, residual: np.ndarray) -> np.ndarray:
+    """P^T r = P0^T (I - w A D^{-1}) r, padded coarse array."""
+    coarse = _coarse_grid(fine)
+    _restrict_kernel(fine.diagonal, fine.couplings, fine.omega, residual, fine.scratch, coarse)
+    return coarse
+
+
+def _coarsen(fine: _Level) -> _Level:
+    """The Galerkin level P^T A P below ``fine``, read off nine probes."""
+    coarse_kept = _coarse_grid(fine)
+    _aggregate(fine.kept.astype(np.float64), fine.kept, coarse_kept)
+    kept = coarse_kept > 0
+    diagonal = np.ones_like(coarse_kept)
+    couplings = np.zeros((4, *coarse_kept.shape))
+    zeros = np.zeros_like(fine.diagonal)
+    for class_row in range(3):
+        for class_col in range(3):
+            probe = np.zeros_like(coarse_kept)
+            probe[class_row::3, class_col::3] = kept[class_row::3, class_col::3]
+            prolonged = np.zeros_like(fine.diagonal)
+            _prolong_add(fine.diagonal, fine.couplings, fine.omega, probe, fine.scratch, prolonged)
+            product = np.zeros_like(prolonged)
+            _residual(fine.diagonal, fine.couplings, zeros, -prolonged, product)  # 0 - A(-Pv) = APv
+            product *= fine.kept  # P^T sums over pixels with unknowns only
+            _read_probe(_restrict(fine, product), kept, class_row, class_col, diagonal, couplings)
+    return _level(diagonal, couplings, kept, colours=4)
+
+
+def _dense(level: _Level) -> np.ndarray:
+    """The level's matrix as a dense (H*W, H*W) array over its unpadded grid (placeholders as identity rows)."""
+    height, width = level.shape
+    n = height * width
+    index = np.arange(n).reshape(height, width)
+    matrix = np.diag(level.diagonal[1:-1, 1:-1].ravel())
+    for (di, dj), coupling in zip(FORWARD, level.couplings):
+        inner = coupling[1:-1, 1:-1]
+        rows, cols = np.nonzero(inner)
+        neighbours = index[rows + di, cols + dj]
+        matrix[index[rows, cols], neighbours] = inner[rows, cols]
+        matrix[neighbours, index[rows, cols]] = inner[rows, cols]
+    return matrix
+
+
+# -- compiled kernels (padded arrays: interior rows and columns 1..H, 1..W) ---------------------------------------
+
+
+@njit(cache=True, error_model="numpy")
+def _fill_finest(indptr, indices, data, rows, cols, diagonal, couplings):  # pragma: no cover - compiled
+    """Scatter the CSC free-node matrix onto the stencil arrays (only the forward couplings are kept)."""
+    for column in range(indptr.size - 1):
+        ci, cj = rows[column], cols[column]
+        for entry in range(indptr[column], indptr[column + 1]):
+            ri, rj = rows[indices[entry]], cols[indices[entry]]
+            if ri == ci and rj == cj:
+                diagonal[ci, cj] = data[entry]
+            elif ri == ci and rj == cj + 1:
+                couplings[0, ci, cj] = data[entry]
+            elif ri == ci + 1 and rj == cj:
+                couplings[1, ci, cj] = data[entry]
+
+
+@njit(cache=True, error_model="numpy")
+def _stencil(couplings, x, i, j):  # pragma: no cover - compiled
+    """Sum of the off-diagonal terms of row (i, j) of A x."""
+    e, n, ne, nw = couplings[0], couplings[1], couplings[2], couplings[3]
+    return (
+        e[i, j] * x[i, j + 1]
+        + n[i, j] * x[i + 1, j]
+        + ne[i, j] * x[i + 1, j + 1]
+        + nw[i, j] * x[i + 1, j - 1]
+        + e[i, j - 1] * x[i, j - 1]
+        + n[i - 1, j] * x[i - 1, j]
+        + ne[i - 1, j - 1] * x[i - 1, j - 1]
+        + nw[i - 1, j + 1] * x[i - 1, j + 1]
+    )
+
+
+@njit(cache=True, error_model="numpy")
+def _residual(diagonal, couplings, b, x, out):  # pragma: no cover - compiled
+    """out = b - A x over the interior."""
+    for i in range(1, diagonal.shape[0] - 1):
+        for j in range(1, diagonal.shape[1] - 1):
+            out[i, j] = b[i, j] - diagonal[i, j] * x[i, j] - _stencil(couplings, x, i, j)
+
+
+@njit(cache=True, error_model="numpy")
+def _smooth(inverse_diagonal, couplings, colours, b, x, forward):  # pragma: no cover - compiled
+    """One multicolour Gauss-Seidel sweep, its colours in order when ``forward``, in reverse otherwise (the forward
+    sweep's adjoint). Four colours, (i mod 2, j mod 2), uncouple a 9-point stencil; two, red and black by
+    (i + j) mod 2, a 5-point one. Nodes of one colour are never coupled, so a row's updates are computed for every
+    node in one contiguous (vectorised) pass and then stored at the colour's nodes only."""
+    height, width = inverse_diagonal.shape[0] - 2, inverse_diagonal.shape[1] - 2
+    row = np.empty(width + 2, dtype=x.dtype)
+    for step in range(colours):
+        colour = step if forward else colours - 1 - step
+        for i in range(1 + colour // 2, height + 1, 2 if colours == 4 else 1):
+            for j in range(1, width + 1):
+                row[j] = (b[i, j] - _stencil(couplings, x, i, j)) * inverse_diagonal[i, j]
+            for j in range(1 + (colour % 2 if colours == 4 else (i + colour) % 2), width + 1, 2):
+                x[i, j] = row[j]
+
+
+@njit(cache=True, error_model="numpy")
+def _prolong_add(diagonal, couplings, omega, coarse, injected, x):  # pragma: no cover - compiled
+    """x += P coarse = (I - w D^{-1} A) P0 coarse, with ``injected`` as scratch for P0 coarse (each pixel takes its
+    3x3 block's value). P0 is 1 at placeholders too, unlike in the hierarchy's definition: a placeholder is
+    coupled to nothing, so what it holds never reaches a pixel that carries an unknown."""
+    height, width = diagonal.shape[0] - 2, diagonal.shape[1] - 2
+    for i in range(1, height + 1):
+        for j in range(1, width + 1):
+            injected[i, j] = coarse[(i - 1) // 3 + 1, (j - 1) // 3 + 1]
+    for i in range(1, height + 1):
+        for j in range(1, width + 1):
+            product = diagonal[i, j] * injected[i, j] + _stencil(couplings, injected, i, j)
+            x[i, j] += injected[i, j] - omega * product / diagonal[i, j]
+
+
+@njit(cache=True, error_model="numpy")
+def _restrict_kernel(diagonal, couplings, omega, residual, scaled, coarse):  # pragma: no cover - compiled
+    """coarse = P^T r = P0^T (r - w A D^{-1} r): each 3x3 block's sum, ``scaled`` the scratch for D^{-1} r.
+    Placeholders must hold r = 0 (they do in the cycle: they are decoupled, with b = 0)."""
+    height, width = diagonal.shape[0] - 2, diagonal.shape[1] - 2
+    for i in range(1, height + 1):
+        for j in range(1, width + 1):
+            scaled[i, j] = residual[i, j] / diagonal[i, j]
+    coarse_width = coarse.shape[1] - 2
+    row = np.zeros(3 * coarse_width + 1, dtype=residual.dtype)  # past column W stays 0
+    for i in range(1, height + 1):
+        for j in range(1, width + 1):
+            row[j] = residual[i, j] - omega * (residual[i, j] + _stencil(couplings, scaled, i, j))
+        block_row = (i - 1) // 3 + 1
+        for block in range(coarse_width):
+            coarse[block_row, block + 1] += row[3 * block + 1] + row[3 * block + 2] + row[3 * block + 3]
+
+
+@njit(cache=True, error_model="numpy")
+def _aggregate(fine, kept, coarse):  # pragma: no cover - compiled
+    """coarse = P0^T fine: each block's sum over its kept pixels."""
+    height, width = fine.shape[0] - 2, fine.shape[1] - 2
+    for i in range(1, height + 1):
+        for j in range(1, width + 1):
+            if kept[i, j]:
+                coarse[(i - 1) // 3 + 1, (j - 1) // 3 + 1] += fine[i, j]
+
+
+@njit(cache=True, error_model="numpy")
+def _read_probe(image, kept, class_row, class_col, diagonal, couplings):  # pragma: no cover - compiled
+    """Entries of A_c from one probe's image A_c v: at a kept node p, image[p] is the entry coupling p to the one
+    node of the probed class among p and its eight neighbours. Stores the diagonal and the forward couplings."""
+    height, width = image.shape[0] - 2, image.shape[1] - 2
+    for i in range(1, height + 1):
+        for j in range(1, width + 1):
+            if not kept[i, j]:
+                continue
+            di = (class_row - i) % 3
+            dj = (class_col - j) % 3
+            di = -1 if di == 2 else di
+            dj = -1 if dj == 2 else dj
+            if di == 0 and dj == 0:
+                diagonal[i, j] = image[i, j]
+            elif di == 0 and dj == 1:
+                couplings[0, i, j] = image[i, j]
+            elif di == 1 and dj == 0:
+                couplings[1, i, j] = image[i, j]
+            elif di == 1 and dj == 1:
+                couplings[2, i, j] = image[i, j]
+            elif di == 1 and dj == -1:
+                couplings[3, i, j] = image[i, j]
