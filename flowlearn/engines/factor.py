@@ -286,7 +286,8 @@ class FactorEngine(Engine):
         from flowlearn.engines.multigrid import Multigrid
 
         try:
-            return Multigrid(matrix, layout.free_nodes, layout.shape)
+            with _single_threaded_blas():  # BLAS threads would only contend with the kernels' own
+                return Multigrid(matrix, layout.free_nodes, layout.shape)
         except np.linalg.LinAlgError:  # a coarsest matrix that round-off left indefinite: factor instead
             return None
 
