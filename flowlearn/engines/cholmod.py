@@ -43,7 +43,8 @@ class CholmodEngine(FactorEngine):
     grid size and how often the pattern has been factored.
 
     A matrix not expected to be reused -- a one-off solve, the first of a training loop, one far from the last --
-    is factored after CHOLMOD's quick analysis, approximate minimum degree and a supernodal factor: the
+    goes to multigrid-preconditioned CG on 2D grids of ``multigrid_unknowns`` or more (:class:`FactorEngine`).
+    Otherwise it is factored after CHOLMOD's quick analysis, approximate minimum degree and a supernodal factor: the
     nested-dissection analysis below costs more than a whole factorisation on small grids (0.4 s against 0.12 s at
     256x260). That factor serves its own matrix (the forward solve and its adjoint). A matrix close to the last one
     shows a training loop, and is factored after the thorough analysis, computed once per pattern, whose factors

@@ -118,8 +118,8 @@ class FactorEngine(Engine):
         reuse_budget: CG iterations allowed with an old direct factor before refactoring instead. None adapts it
             to the measured cost ratio of a factorisation and an iteration, so small grids simply refactor.
         multigrid_unknowns: Fewest free nodes of a 2D grid for which a matrix not expected to be reused is solved
-            by multigrid-preconditioned CG instead of a factorisation (None: never). Below ~10^4 unknowns a
-            factorisation is as fast.
+            by multigrid-preconditioned CG instead of a factorisation (None: never). CHOLMOD's factorisation is
+            faster up to ~2,500 unknowns, multigrid 1.6x faster at 64x64 and 2x from 180x180.
     """
 
     exact: ClassVar[bool]
@@ -131,7 +131,7 @@ class FactorEngine(Engine):
         max_change: float = 0.5,
         max_iter: int = 1000,
         reuse_budget: int | None = None,
-        multigrid_unknowns: int | None = 10_000,
+        multigrid_unknowns: int | None = 3_000,
     ) -> None:
         super().__init__()
         if not 0 < rtol < 1:
