@@ -24,9 +24,12 @@ def _fracture_system(shape: tuple[int, int], seed: int = 0) -> tuple[DarcyProble
     return problem, matrix, log_k
 
 
-def _block_prolongation(matrix: sp.csc_matrix, pixels: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
-    """P = (I - w D^{-1} A) P0 of the definition, assembled with scipy: P0 puts each free node in its 3x3 block
-    of pixels; w = 4 / (3 rho), rho the Gershgorin bound on D^{-1} A."""
+def _block_prolongation(
+    matrix: sp.csc_matrix, pixels: np.ndarray, shape: tuple[int, int]
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """(P, blocks): P = (I - w D^{-1} A) P0 of the definition, assembled with scipy, where P0 puts each free node in
+    its 3x3 block of pixels and w = 4 / (3 rho), rho the Gershgorin bound on D^{-1} A; blocks, the flat indices of
+    the blocks that hold a free node (P's columns)."""
     rows, cols = np.divmod(pixels, shape[1])
     blocks_across = -(-shape[1] // 3)
     block = (rows // 3) * blocks_across + cols // 3
