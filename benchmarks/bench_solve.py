@@ -182,8 +182,8 @@ def triangular_solves(shape: tuple[int, int], repeats: int = 15) -> dict:
     rhs = np.random.default_rng(0).normal(size=matrix.shape[0])
     result = {"grid": f"{shape[0]}x{shape[1]}"}
     solutions = []
-    for name, entries in [("cholmod", None), ("tree", 0)]:
-        engine = CholmodEngine(tree_solve_entries=entries, quick_one_offs=False)
+    for name, unknowns in [("cholmod", None), ("tree", 0)]:
+        engine = CholmodEngine(tree_solve_unknowns=unknowns, quick_one_offs=False)
         factor = engine.factorize(matrix, engine.analyze(matrix))
         times = []
         for _ in range(repeats):

@@ -6,7 +6,13 @@ import scipy.sparse.linalg as spla
 
 from flowlearn import DarcyProblem
 from flowlearn.engines import cholmod_available
-from flowlearn.engines.trisolve import TreeSolver, _is_postordered, plan_tree, usable_cores
+from flowlearn.engines.trisolve import (
+    TreeSolver,
+    _is_postordered,
+    ldl_from_cholesky,
+    plan_tree,
+    usable_cores,
+)
 
 pytestmark = pytest.mark.skipif(not cholmod_available(), reason="scikit-sparse is not installed")
 
@@ -48,6 +54,26 @@ def test_tree_solve_matches_a_direct_solve(name, tasks):
     np.testing.assert_allclose(solution, expected, rtol=0, atol=1e-10 * np.abs(expected).max())
     # The residual, independently of SuperLU's own round-off.
     assert np.linalg.norm(matrix @ solution - rhs) <= 1e-11 * np.linalg.norm(rhs)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_ldl_from_a_supernodal_factor_is_cholmods_simplicial_ldl(name):
+    """The supernodal L L^T, unit-scaled and stripped of its padding zeros, is the factor CHOLMOD's simplicial
+    LDL^T of the same ordering computes independently: same pattern, same entries to round-off."""
+    from sksparse import cholmod
+
+    matrix, simplicial = _system(PROBLEMS[name](), seed=1)
+    supernodal = cholmod.analyze(matrix, mode="supernodal", ordering_method="nesdis").cholesky(matrix)
+    padded = supernodal.L()
+    expected = simplicial.LD()
+    np.testing.assert_array_equal(supernodal.P(), simplicial.P())
+    converted = ldl_from_cholesky(padded)
+    assert padded.nnz > expected.nnz  # the supernodes are padded with zeros
+    np.testing.assert_array_equal(converted.indptr, expected.indptr)
+    np.testing.assert_array_equal(converted.indices, expected.indices)
+    np.testing.assert_allclose(
+        converted.data, expected.data, rtol=1e-12, atol=1e-12 * np.abs(expected.data).max()
+    )
 
 
 @pytest.mark.parametrize("name", PROBLEMS)
@@ -112,8 +138,8 @@ def test_training_loop_through_tree_solves_matches_cholmod():
     from flowlearn.engines.cholmod import CholmodEngine
 
     problem = DarcyProblem.fracture((40, 44))
-    tree = CholmodEngine(tree_solve_entries=0, reuse_budget=20)
-    plain = CholmodEngine(tree_solve_entries=None, reuse_budget=20)
+    tree = CholmodEngine(tree_solve_unknowns=0, reuse_budget=20)
+    plain = CholmodEngine(tree_solve_unknowns=None, reuse_budget=20)
     layout = problem.layout
     log_k = np.random.default_rng(3).normal(size=problem.grid.num_nodes)
     rng = np.random.default_rng(4)

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from flowlearn.engines import cholmod_available
 from flowlearn.engines.factor import Factor, FactorEngine
-from flowlearn.engines.trisolve import TreePlan, TreeSolver, plan_tree, usable_cores
+from flowlearn.engines.trisolve import TreePlan, TreeSolver, ldl_from_cholesky, plan_tree, usable_cores
 from flowlearn.errors import SolutionError, UnavailableError
 
 
@@ -33,9 +33,8 @@ class _CholmodAnalysis:
     # (nested dissection), each made on first use.
     quick: Any = None
     thorough: Any = None
-    simplicial: bool = False  # the kind of the thorough factor
-    tree_plan: TreePlan | None = None  # made from the first simplicial numeric factor
-    tree_useless: bool = False  # set once a factor of this pattern proved too small to share
+    tree: bool = False  # whether the thorough factors are solved by the tree solver
+    tree_plan: TreePlan | None = None  # made from the first tree-solved factor
 
 
 class CholmodEngine(FactorEngine):
@@ -48,22 +47,22 @@ class CholmodEngine(FactorEngine):
     nested-dissection analysis below costs more than a whole factorisation on small grids (0.4 s against 0.12 s at
     256x260). That factor serves its own matrix (the forward solve and its adjoint). A matrix close to the last one
     shows a training loop, and is factored after the thorough analysis, computed once per pattern, whose factors
-    then precondition the matrices after it:
+    then precondition the matrices after it. CHOLMOD's own nested dissection (``nesdis``: METIS bisections,
+    constrained minimum degree on the leaves) gives these factors 6-7% fewer entries than plain METIS on fracture
+    grids, so solves 10% faster at 1024x1024. Solves are what a training loop spends its time on once factors are
+    reused, and a simplicial LDL^T solves about twice as fast as CHOLMOD's supernodal solve:
 
-    * up to ``simplicial_limit`` unknowns a simplicial LDL^T, whose triangular solves run about twice as fast as
-      the supernodal ones -- and solves are what a training loop spends its time on once factors are reused.
-      CHOLMOD's own nested dissection (``nesdis``: METIS bisections, constrained minimum degree on the leaves) gives
-      these factors 6-7% fewer entries than plain METIS on fracture grids, so solves 10% and factorisations 35%
-      faster at 1024x1024. Factors with at least ``tree_solve_entries`` entries are solved on all cores by
-      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.4x faster than CHOLMOD's one-core solve on 2 cores at
-      1024x1024); smaller ones are solved by CHOLMOD, whose lower overhead wins there;
-    * above it a supernodal LL^T, which factorises 4-5x faster through dense BLAS kernels and so suits the very
-      large grids where a single factorisation dominates. There ``nesdis`` gains nothing over plain METIS and its
-      analysis takes 25% longer.
+    * below ``tree_solve_unknowns`` unknowns (or on one core) a simplicial LDL^T, solved by CHOLMOD;
+    * from ``tree_solve_unknowns`` up to ``simplicial_limit`` a supernodal factorisation, whose dense BLAS kernels
+      run on all cores (3 s against 28 s for the simplicial one at 1024x1024, 0.6 against 3.3 s at 512x512),
+      turned into the same simplicial LDL^T and solved on all cores by
+      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.1-1.3x faster than CHOLMOD's one-core solve on 2 cores);
+    * above ``simplicial_limit`` a supernodal LL^T after plain METIS, solved by CHOLMOD: on the very large grids
+      where a single factorisation dominates, ``nesdis`` gains nothing and its analysis takes 25% longer.
 
     Args:
-        simplicial_limit: Largest number of unknowns factored as a simplicial LDL^T.
-        tree_solve_entries: Fewest factor entries for which solves are shared among the cores (None: never).
+        simplicial_limit: Most unknowns whose factors are solved as a simplicial LDL^T.
+        tree_solve_unknowns: Fewest unknowns whose factors are solved on all cores (None: never).
         quick_one_offs: Factor a matrix not expected to be reused after the quick analysis (False: always the
             thorough one).
         **options: Reuse and tolerance options of :class:`~flowlearn.engines.factor.FactorEngine`.
@@ -78,7 +77,7 @@ class CholmodEngine(FactorEngine):
     def __init__(
         self,
         simplicial_limit: int = 1_500_000,
-        tree_solve_entries: int | None = 3_000_000,
+        tree_solve_unknowns: int | None = 150_000,
         quick_one_offs: bool = True,
         **options: Any,
     ) -> None:
@@ -92,7 +91,7 @@ class CholmodEngine(FactorEngine):
 
         self._cholmod = cholmod
         self.simplicial_limit = simplicial_limit
-        self.tree_solve_entries = tree_solve_entries
+        self.tree_solve_unknowns = tree_solve_unknowns
         self.quick_one_offs = quick_one_offs
 
     def analyze(self, matrix: sp.csc_matrix) -> _CholmodAnalysis:
@@ -109,17 +108,26 @@ class CholmodEngine(FactorEngine):
             factor = self._numeric(analysis.quick, matrix)
             return _CholmodFactor(factor, None, reusable=False)
         if analysis.thorough is None:
-            analysis.thorough, analysis.simplicial = self._thorough_analysis(matrix)
+            analysis.thorough, analysis.tree = self._thorough_analysis(matrix)
         factor = self._numeric(analysis.thorough, matrix)
-        return _CholmodFactor(factor, self._tree_solver(factor, analysis))
+        return _CholmodFactor(factor, self._tree_solver(factor, analysis) if analysis.tree else None)
 
     def _thorough_analysis(self, matrix: sp.csc_matrix) -> tuple[Any, bool]:
-        simplicial = matrix.shape[0] <= self.simplicial_limit
-        mode, ordering = ("simplicial", "nesdis") if simplicial else ("supernodal", "metis")
+        """The nested-dissection analysis of the pattern, and whether its factors are tree-solved."""
+        unknowns = matrix.shape[0]
+        tree = (
+            self.tree_solve_unknowns is not None
+            and self.tree_solve_unknowns <= unknowns <= self.simplicial_limit
+            and usable_cores() > 1
+        )
+        if unknowns > self.simplicial_limit:
+            mode, ordering = "supernodal", "metis"
+        else:
+            mode, ordering = ("supernodal" if tree else "simplicial"), "nesdis"
         try:
-            return self._cholmod.analyze(matrix, mode=mode, ordering_method=ordering), simplicial
+            return self._cholmod.analyze(matrix, mode=mode, ordering_method=ordering), tree
         except self._cholmod.CholmodError:  # a CHOLMOD built without METIS
-            return self._cholmod.analyze(matrix, mode=mode), simplicial
+            return self._cholmod.analyze(matrix, mode=mode), tree
 
     def _numeric(self, symbolic: Any, matrix: sp.csc_matrix) -> Any:
         """A numeric factor of ``matrix`` after the analysis ``symbolic`` (a new scikit-sparse Factor)."""
@@ -134,14 +142,8 @@ class CholmodEngine(FactorEngine):
                 f"{diagonal.min():.3g} to {diagonal.max():.3g}, more than float64 resolves"
             ) from error
 
-    def _tree_solver(self, factor: Any, analysis: _CholmodAnalysis) -> TreeSolver | None:
-        cores = usable_cores()
-        if not analysis.simplicial or analysis.tree_useless or self.tree_solve_entries is None or cores < 2:
-            return None
-        factor_ld = factor.LD()
-        if factor_ld.nnz < self.tree_solve_entries:
-            analysis.tree_useless = True
-            return None
+    def _tree_solver(self, factor: Any, analysis: _CholmodAnalysis) -> TreeSolver:
+        factor_ld = ldl_from_cholesky(factor.L())
         if analysis.tree_plan is None or not np.array_equal(analysis.tree_plan.indptr, factor_ld.indptr):
-            analysis.tree_plan = plan_tree(factor_ld, cores)
+            analysis.tree_plan = plan_tree(factor_ld, usable_cores())
         return TreeSolver(factor_ld, factor.P(), analysis.tree_plan)

@@ -253,6 +253,33 @@ def _backward(indptr, indices, values, supernodes, order, x, below):
             x[c] = x[c] / values[indptr[c]] - total
 
 
+def ldl_from_cholesky(factor_l: sp.csc_matrix) -> sp.csc_matrix:
+    """The LDL^T factor that :class:`TreeSolver` reads, from a Cholesky factor ``L L^T`` (CSC float64, sorted rows,
+    diagonal first): unit columns ``L[:, j] / L_jj`` with ``D_jj = L_jj^2`` on the diagonal. The exact zeros a
+    supernodal factor pads its dense blocks with are dropped, which leaves the simplicial factor's pattern."""
+    indptr, indices, values = _unit_columns(factor_l.indptr.astype(np.int64), factor_l.indices, factor_l.data)
+    return sp.csc_matrix((values, indices, indptr), shape=factor_l.shape)
+
+
+@njit(cache=True)
+def _unit_columns(indptr, indices, values):
+    """The arrays of :func:`ldl_from_cholesky`, written over ``indices`` and ``values`` (which it owns)."""
+    n = indptr.size - 1
+    kept = np.empty_like(indptr)
+    kept[0] = 0
+    out = 0
+    for j in range(n):
+        pivot = values[indptr[j]]
+        indices[out], values[out] = j, pivot * pivot
+        out += 1
+        for k in range(indptr[j] + 1, indptr[j + 1]):
+            if values[k] != 0.0:
+                indices[out], values[out] = indices[k], values[k] / pivot
+                out += 1
+        kept[j + 1] = out
+    return kept, indices[:out].copy(), values[:out].copy()
+
+
 class TreeSolver:
     """Applies ``A^{-1}`` from CHOLMOD's simplicial LDL^T of A, on several cores.
 
