@@ -122,6 +122,18 @@ def test_unconnected_regions_are_reported_with_their_location():
     assert "drop_unconnected=True" in message
 
 
+def test_a_voxel_touching_the_rest_only_along_edges_is_unconnected():
+    # Flow passes through faces only: the grid's edges join the six face neighbours of a voxel.
+    active = np.ones((3, 5, 6), dtype=bool)
+    for dz, dy, dx in [(-1, 0, 0), (1, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, -1), (0, 0, 1)]:
+        active[1 + dz, 2 + dy, 3 + dx] = False
+    with pytest.raises(
+        DisconnectedRegionError, match=r"1 active region\(s\) \(1 node\(s\) in all\)"
+    ) as error:
+        DarcyProblem.fracture((3, 5, 6), active=active)
+    assert "(depth 1, row 2, col 3)" in str(error.value)
+
+
 def test_unconnected_regions_can_be_dropped(solver):
     active = _islands()
     problem = DarcyProblem.fracture((10, 12), active=active, drop_unconnected=True)

@@ -169,7 +169,3 @@ class Grid:
     def _check_trailing(shape: tuple[int, ...], expected: tuple[int, ...], what: str) -> None:
         if tuple(shape[len(shape) - len(expected) :]) != tuple(expected) or len(shape) < len(expected):
             raise ProblemError(f"{what} of shape {tuple(shape)} does not end in the grid's shape {expected}")
-
-    def pixel(self, node: int) -> tuple[int, ...]:
-        """Image index (row, col) or (depth, row, col) of a node, for error messages."""
-        return tuple(int(i) for i in reversed(np.unravel_index(node, self.ns)))

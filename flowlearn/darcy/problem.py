@@ -14,9 +14,7 @@ from __future__ import annotations
 from functools import cached_property
 
 import numpy as np
-import scipy.sparse as sp
 from scipy import ndimage
-from scipy.sparse.csgraph import connected_components
 
 from flowlearn.checks import nonfinite
 from flowlearn.darcy.assembly import SystemLayout
@@ -119,9 +117,8 @@ class DarcyProblem:
         nothing would flow, and every pressure would be one of the two heads. Names the inactive pixels that close
         off the region reached from the inlet."""
         grid = self.grid
-        _, labels = self._active_graph_components
-        labels = np.where(self.active, grid.to_image(labels), -1)
-        inlet, outlet = (np.unique(labels[..., i][labels[..., i] >= 0]) for i in (0, -1))
+        labels = self._active_regions
+        inlet, outlet = (np.unique(labels[..., i][labels[..., i] > 0]) for i in (0, -1))
         if np.intersect1d(inlet, outlet).size:
             return
         reached = np.isin(labels, inlet)
@@ -138,34 +135,26 @@ class DarcyProblem:
         )
 
     @cached_property
-    def _active_graph_components(self) -> tuple[int, np.ndarray]:
-        """Connected components of the graph of the nodes active as given (before unconnected ones are dropped);
-        labels in node order. Computed once: the checks of connectivity all read them."""
-        grid = self.grid
-        active = grid.to_nodes(self.active)
-        a, b = grid.edges.T
-        keep = active[a] & active[b]
-        n = grid.num_nodes
-        graph = sp.coo_matrix((np.ones(int(keep.sum())), (a[keep], b[keep])), shape=(n, n))
-        return connected_components(graph, directed=False)
+    def _active_regions(self) -> np.ndarray:
+        """int32 labels, image layout: the connected regions of the nodes active as given (before unconnected ones
+        are dropped), 1, 2, ...; 0 at inactive nodes. The grid's edges join face neighbours, the connectivity
+        ``ndimage.label`` uses by default. Computed once: the checks of connectivity all read them."""
+        labels, _ = ndimage.label(self.active)
+        return labels
 
     def _unconnected_nodes(self) -> np.ndarray:
         """bool array, image layout: active nodes in a region that contains no Dirichlet node."""
-        _, labels = self._active_graph_components
-        active = self.grid.to_nodes(self.active)
-        fixed_labels = np.unique(labels[self.grid.to_nodes(self.dirichlet)])
-        unconnected = active & ~np.isin(labels, fixed_labels)
-        return self.grid.to_image(unconnected)
+        labels = self._active_regions
+        return self.active & ~np.isin(labels, np.unique(labels[self.dirichlet]))
 
     def _describe_unconnected(self) -> str:
         grid = self.grid
-        _, labels = self._active_graph_components
-        dropped = grid.to_nodes(self.dropped)
-        region_labels, sizes = np.unique(labels[dropped], return_counts=True)
+        labels = self._active_regions
+        region_labels, sizes = np.unique(labels[self.dropped], return_counts=True)
         lines = []
         axes = ("depth", "row", "col")[-grid.dim :]
         for label, size in list(zip(region_labels, sizes))[:_MAX_LISTED_REGIONS]:
-            pixels = np.array([grid.pixel(n) for n in np.flatnonzero(labels == label)])
+            pixels = np.argwhere(labels == label)
             lo, hi = pixels.min(axis=0), pixels.max(axis=0)
             box = ", ".join(f"{name}s {lo[i]}-{hi[i]}" for i, name in enumerate(axes))
             first = ", ".join(f"{name} {pixels[0][i]}" for i, name in enumerate(axes))
