@@ -52,8 +52,9 @@ COARSEST = 400
 # CG iterations after which the engine factors instead (CG needs 20-30 to reach 1e-11 on fracture grids).
 GIVE_WAY_AFTER = 100
 # Fewest unknowns for which the kernels share their rows among the cores. Below, a grid's rows are too short to
-# pay for waking the threads at every kernel (1.4x slower at 66k unknowns on 2 cores; 1.2x faster at 1M).
-PARALLEL_UNKNOWNS = 250_000
+# pay for waking the threads at every kernel. On 2 cores CG is 1.45x faster at 66k unknowns (35 against 51 ms at
+# 256x260), 1.1x at 16k and level at 4k.
+PARALLEL_UNKNOWNS = 10_000
 # Power iterations estimating rho(D^{-1} A) on each level.
 POWER_ITERATIONS = 15
 # Forward neighbours (row offset, column offset) in the order of the couplings array.
@@ -144,8 +145,9 @@ class Multigrid(Factor):
     ) -> PCGResult:
         """CG on the padded image rather than on the free nodes (``matrix`` is the one the hierarchy was built
         from): the product is then the finest stencil and the cycle needs no scatter or gather. Placeholders keep
-        b = 0 and so x = 0, which makes it the same iteration. Everything runs on one core: between one-core
-        sweeps, torch's threads cost more to wake than they save (2x slower at 66k unknowns on 2 cores)."""
+        b = 0 and so x = 0, which makes it the same iteration. The product is a stencil kernel like the cycle's,
+        rather than torch's CSR product: torch's threads, woken between the kernels, cost more than they save
+        (2x slower at 66k unknowns on 2 cores)."""
         finest = self.levels[0]
         zeros, image = np.zeros_like(finest.diagonal), np.zeros_like(finest.diagonal)
 
