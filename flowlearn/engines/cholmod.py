@@ -56,7 +56,7 @@ class CholmodEngine(FactorEngine):
     * from ``tree_solve_unknowns`` up to ``simplicial_limit`` a supernodal factorisation, whose dense BLAS kernels
       run on all cores (3 s against 28 s for the simplicial one at 1024x1024, 0.6 against 3.3 s at 512x512),
       turned into the same simplicial LDL^T and solved on all cores by
-      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.1-1.3x faster than CHOLMOD's one-core solve on 2 cores);
+      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.2-1.45x faster than CHOLMOD's one-core solve on 2 cores);
     * above ``simplicial_limit`` a supernodal LL^T after plain METIS, solved by CHOLMOD: on the very large grids
       where a single factorisation dominates, ``nesdis`` gains nothing and its analysis takes 25% longer.
 

@@ -224,20 +224,6 @@ def _forward(indptr, indices, values, supernodes, order, direct_rows, top_positi
             top_sums[top_position[rows[i]]] -= sums[i]
 
 
-@njit(nogil=True, cache=True)
-def _gather(source, index, out, start, stop):
-    """out[start:stop] = source[index[start:stop]]."""
-    for i in range(start, stop):
-        out[i] = source[index[i]]
-
-
-@njit(nogil=True, cache=True)
-def _scatter(source, index, out, start, stop):
-    """out[index[start:stop]] = source[start:stop]."""
-    for i in range(start, stop):
-        out[index[i]] = source[i]
-
-
 @njit(nogil=True, fastmath=True, cache=True)
 def _backward(indptr, indices, values, supernodes, order, x, below):
     """Solve ``L^T x = D^{-1} x`` in place for the supernodes ``order``, descending (D is L's diagonal)."""
@@ -265,6 +251,20 @@ def _backward(indptr, indices, values, supernodes, order, x, below):
             for i in range(m):
                 total += column[i] * gathered[i]
             x[c] = x[c] / values[indptr[c]] - total
+
+
+@njit(nogil=True, cache=True)
+def _gather(source, index, out, start, stop):
+    """out[start:stop] = source[index[start:stop]]."""
+    for i in range(start, stop):
+        out[i] = source[index[i]]
+
+
+@njit(nogil=True, cache=True)
+def _scatter(source, index, out, start, stop):
+    """out[index[start:stop]] = source[start:stop]."""
+    for i in range(start, stop):
+        out[index[i]] = source[i]
 
 
 def ldl_from_cholesky(factor_l: sp.csc_matrix) -> sp.csc_matrix:
@@ -314,6 +314,8 @@ class TreeSolver:
         # int64: numpy would convert CHOLMOD's int32 permutation at every gather.
         self._permutation = np.asarray(permutation, dtype=np.int64)
         self._plan = plan
+        # The slice of the permutation each task moves.
+        self._slices = np.linspace(0, permutation.size, max(plan.tasks, 1) + 1).astype(np.int64)
 
     def apply(self, rhs: np.ndarray) -> np.ndarray:
         """``A^{-1} rhs`` for rhs float64 (n,)."""
@@ -343,10 +345,10 @@ class TreeSolver:
     def _permute(self, kernel, source: np.ndarray, out: np.ndarray) -> None:
         """Run a permutation kernel on a slice per task: a random access per unknown, which one core does at a
         fraction of the bandwidth (numpy's gather and scatter took 8-10 ms at 1024x1024, the tasks take 2)."""
-        bounds = np.linspace(0, out.size, max(self._plan.tasks, 1) + 1).astype(np.int64)
+        bounds = self._slices
         _run_tasks(
             lambda task: kernel(source, self._permutation, out, bounds[task], bounds[task + 1]),
-            len(bounds) - 1,
+            bounds.size - 1,
         )
 
 
