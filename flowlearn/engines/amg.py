@@ -15,6 +15,7 @@ from flowlearn.engines.factor import Factor, FactorEngine
 
 class _AMGFactor(Factor):
     exact = False
+    ages = False
 
     def __init__(self, hierarchy: Any) -> None:
         self._cycle = hierarchy.aspreconditioner(cycle="V")

@@ -15,10 +15,10 @@ from flowlearn.errors import SolutionError, UnavailableError
 
 
 class _CholmodFactor(Factor):
-    exact = True
-
     def __init__(self, factor: Any, tree: TreeSolver | None, reusable: bool = True) -> None:
         self.reusable = reusable
+        # A tree solver's factor is rounded to float32: CG finishes its own matrix too.
+        self.exact = tree is None
         # With a tree solver the CHOLMOD factor is no longer needed: its entries live on in the solver.
         self._factor = None if tree else factor
         self._tree = tree
@@ -55,8 +55,9 @@ class CholmodEngine(FactorEngine):
     * below ``tree_solve_unknowns`` unknowns (or on one core) a simplicial LDL^T, solved by CHOLMOD;
     * from ``tree_solve_unknowns`` up to ``simplicial_limit`` a supernodal factorisation, whose dense BLAS kernels
       run on all cores (3 s against 28 s for the simplicial one at 1024x1024, 0.6 against 3.3 s at 512x512),
-      turned into the same simplicial LDL^T and solved on all cores by
-      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.2-1.45x faster than CHOLMOD's one-core solve on 2 cores);
+      turned into the same simplicial LDL^T with L rounded to float32 and solved on all cores by
+      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.4-1.5x faster than CHOLMOD's one-core solve on 2 cores);
+      its own matrix is then solved by CG too, in one or two iterations;
     * above ``simplicial_limit`` a supernodal LL^T after plain METIS, solved by CHOLMOD: on the very large grids
       where a single factorisation dominates, ``nesdis`` gains nothing and its analysis takes 25% longer.
 
@@ -143,7 +144,7 @@ class CholmodEngine(FactorEngine):
             ) from error
 
     def _tree_solver(self, factor: Any, analysis: _CholmodAnalysis) -> TreeSolver:
-        factor_ld = ldl_from_cholesky(factor.L())
-        if analysis.tree_plan is None or not np.array_equal(analysis.tree_plan.indptr, factor_ld.indptr):
-            analysis.tree_plan = plan_tree(factor_ld, usable_cores())
-        return TreeSolver(factor_ld, factor.P(), analysis.tree_plan)
+        factor_l, pivots = ldl_from_cholesky(factor.L())
+        if analysis.tree_plan is None or not np.array_equal(analysis.tree_plan.indptr, factor_l.indptr):
+            analysis.tree_plan = plan_tree(factor_l, usable_cores())
+        return TreeSolver(factor_l, pivots, factor.P(), analysis.tree_plan)

@@ -8,7 +8,8 @@ A training loop asks for a forward and an adjoint solve per step, with conductiv
 steps. The engine keeps, per problem and per batch slot, the last factor and the last few solutions of each role, and
 chooses per solve:
 
-* the matrix is the one the slot's exact factor was built from -> a direct solve (the adjoint after a forward);
+* the matrix is the one the slot's factor was built from -> a direct solve (the adjoint after a forward), or CG
+  preconditioned by it where the factor is inexact (multigrid, or rounded to float32);
 * the matrix is close to it -> CG preconditioned by the old factor, started from the best combination of the last
   solutions of that role, to the same tight tolerance. A factor of a nearby matrix is an excellent
   preconditioner, and it costs a few triangular solves instead of a new factorisation;
@@ -55,13 +56,17 @@ if TYPE_CHECKING:
 
 
 class Factor(ABC):
-    """An (approximate) inverse of one matrix. ``exact`` is True when ``apply`` solves with it to round-off;
-    ``reusable`` is False for a factor made quickly for its own matrix alone, which a nearby matrix replaces by one
-    worth reusing rather than iterate with. ``give_way_after``, for an inexact one, is the number of CG iterations
-    after which a factorisation takes over (None: the engine's ``max_iter``, after which CG fails)."""
+    """An (approximate) inverse of one matrix. ``exact`` is True when ``apply`` solves with it to round-off (else
+    CG solves its own matrix too); ``reusable`` is False for a factor made quickly for its own matrix alone, which a
+    nearby matrix replaces by one worth reusing rather than iterate with. ``ages`` is True for a factorisation,
+    which preconditions the worse the further the matrices drift from its own, so that the replacement rule renews
+    it; False for a multigrid hierarchy, which preconditions a drifted matrix about as well as its own.
+    ``give_way_after``, for an inexact one, is the number of CG iterations after which a factorisation takes over
+    (None: the engine's ``max_iter``, after which CG fails)."""
 
     exact: bool
     reusable: bool = True
+    ages: bool = True
     give_way_after: int | None = None
 
     @abstractmethod
@@ -227,7 +232,7 @@ class FactorEngine(Engine):
         """CG iterations worth spending with the slot's old factor (0: refactor right away)."""
         if not self.reuse or entry.factor is None or not entry.factor.reusable:
             return 0
-        if not entry.factor.exact:
+        if not entry.factor.ages:
             return self.max_iter
         if self.reuse_budget is not None:
             return self.reuse_budget

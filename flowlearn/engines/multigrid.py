@@ -112,6 +112,7 @@ class Multigrid(Factor):
     """
 
     exact = False
+    ages = False
     reusable = False
     give_way_after = GIVE_WAY_AFTER
 
