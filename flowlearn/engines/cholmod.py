@@ -52,9 +52,11 @@ class CholmodEngine(FactorEngine):
     grids, so solves 10% faster at 1024x1024. Solves are what a training loop spends its time on once factors are
     reused, and a simplicial LDL^T solves about twice as fast as CHOLMOD's supernodal solve:
 
-    * below ``tree_solve_unknowns`` unknowns (or on one core) a simplicial LDL^T, solved by CHOLMOD;
+    * below ``tree_solve_unknowns`` unknowns (or on one core) a simplicial LDL^T, solved by CHOLMOD: on small grids
+      waking the other cores costs more than they save;
     * from ``tree_solve_unknowns`` up to ``simplicial_limit`` a supernodal factorisation, whose dense BLAS kernels
-      run on all cores (3 s against 28 s for the simplicial one at 1024x1024, 0.6 against 3.3 s at 512x512),
+      run on all cores (3 s against 28 s for the simplicial one at 1024x1024, 0.6 against 3.3 s at 512x512,
+      0.14 against 0.31 s at 256x256),
       turned into the same simplicial LDL^T with L rounded to float32 and solved on all cores by
       :class:`~flowlearn.engines.trisolve.TreeSolver` (1.4-1.5x faster than CHOLMOD's one-core solve on 2 cores);
       its own matrix is then solved by CG too, in one or two iterations;
@@ -78,7 +80,7 @@ class CholmodEngine(FactorEngine):
     def __init__(
         self,
         simplicial_limit: int = 1_500_000,
-        tree_solve_unknowns: int | None = 150_000,
+        tree_solve_unknowns: int | None = 30_000,
         quick_one_offs: bool = True,
         **options: Any,
     ) -> None:
