@@ -17,14 +17,20 @@ from flowlearn.errors import SolutionError, UnavailableError
 class _CholmodFactor(Factor):
     def __init__(self, factor: Any, tree: TreeSolver | None, reusable: bool = True) -> None:
         self.reusable = reusable
-        # A tree solver's factor is rounded to float32: CG finishes its own matrix too.
-        self.exact = tree is None
         # With a tree solver the CHOLMOD factor is no longer needed: its entries live on in the solver.
         self._factor = None if tree else factor
         self._tree = tree
 
+    @property
+    def exact(self) -> bool:
+        return not (self._tree and self._tree.rounded)
+
     def apply(self, rhs: np.ndarray) -> np.ndarray:
         return self._tree.apply(rhs) if self._tree else self._factor(rhs)
+
+    def preconditions_others(self) -> None:
+        if self._tree:
+            self._tree.round()
 
 
 @dataclass
@@ -57,9 +63,9 @@ class CholmodEngine(FactorEngine):
     * from ``tree_solve_unknowns`` up to ``simplicial_limit`` a supernodal factorisation, whose dense BLAS kernels
       run on all cores (3 s against 28 s for the simplicial one at 1024x1024, 0.6 against 3.3 s at 512x512,
       0.14 against 0.31 s at 256x256),
-      turned into the same simplicial LDL^T with L rounded to float32 and solved on all cores by
-      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.4-1.5x faster than CHOLMOD's one-core solve on 2 cores);
-      its own matrix is then solved by CG too, in one or two iterations;
+      turned into the same simplicial LDL^T and solved on all cores by
+      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.4-1.5x faster than CHOLMOD's one-core solve on 2 cores),
+      which rounds L to float32 once the factor preconditions other matrices;
     * above ``simplicial_limit`` a supernodal LL^T after plain METIS, solved by CHOLMOD: on the very large grids
       where a single factorisation dominates, ``nesdis`` gains nothing and its analysis takes 25% longer.
 

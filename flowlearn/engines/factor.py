@@ -9,7 +9,7 @@ steps. The engine keeps, per problem and per batch slot, the last factor and the
 chooses per solve:
 
 * the matrix is the one the slot's factor was built from -> a direct solve (the adjoint after a forward), or CG
-  preconditioned by it where the factor is inexact (multigrid, or rounded to float32);
+  preconditioned by it where the factor is inexact (multigrid, or a factor rounded since);
 * the matrix is close to it -> CG preconditioned by the old factor, started from the best combination of the last
   solutions of that role, to the same tight tolerance. A factor of a nearby matrix is an excellent
   preconditioner, and it costs a few triangular solves instead of a new factorisation;
@@ -72,6 +72,10 @@ class Factor(ABC):
     @abstractmethod
     def apply(self, rhs: np.ndarray) -> np.ndarray:
         """Return ``A^{-1} rhs`` (or its approximation) for rhs float64 (n,)."""
+
+    def preconditions_others(self) -> None:  # noqa: B027 - optional hook, most factors have nothing to shed
+        """Called whenever the factor is about to precondition a matrix other than its own: a factor may then give
+        up precision that only a direct solve of its own matrix needs, for speed."""
 
     def cg(
         self, matrix: sp.csc_matrix, rhs: np.ndarray, x0: np.ndarray | None, rtol: float, max_iter: int
@@ -202,6 +206,7 @@ class FactorEngine(Engine):
             if result is not None:
                 return result
         elif (budget := self._budget(state, entry)) and self._close(entry, matrix.data):
+            entry.factor.preconditions_others()
             result = self._pcg(state, entry, role, matrix, rhs, budget)
             if result is not None:
                 return result
