@@ -11,7 +11,8 @@ Tables:
 1. one-off forward and forward+gradient time, their ratio, and peak memory, per grid;
 2. adjoint gradient against central finite differences (time ratio, max relative difference);
 3. one preconditioner application (a pair of triangular solves) with a simplicial CHOLMOD factor: CHOLMOD's own
-   one-core solve against flowlearn's solve shared among the cores along the elimination tree;
+   one-core solve against flowlearn's solve shared among the cores along the elimination tree, with L in float64
+   (how a factor solves its own matrix) and rounded to float32 (how it preconditions the matrices after it);
 4. a training-like loop: 50 steps, each perturbing logK by ~1e-3 relative, then forward+gradient; flowlearn's
    default solver (factor reuse) against two baselines written out below with numpy/scipy alone, which double as
    independent checks of the gradient: a wrapper of CHOLMOD (its symbolic analysis once, a numeric factorisation
@@ -182,22 +183,27 @@ def one_off(shape: tuple[int, int], repeats: int) -> dict:
 
 
 def triangular_solves(shape: tuple[int, int], repeats: int = 15) -> dict:
-    """Median seconds of one application of the same LDL^T factor, by CHOLMOD and by the tree solver."""
+    """Median seconds of one application of the same LDL^T factor, by CHOLMOD and by the tree solver (L in float64,
+    then rounded to float32), and the relative differences of the tree solves' answers from CHOLMOD's."""
     layout = DarcyProblem.fracture(shape).layout
     _, matrix = layout.system(0, rough_log_k(shape).numpy().reshape(-1))
     rhs = np.random.default_rng(0).normal(size=matrix.shape[0])
     result = {"grid": f"{shape[0]}x{shape[1]}"}
-    solutions = []
-    for name, unknowns in [("cholmod", None), ("tree", 0)]:
+    solutions = {}
+    for name, unknowns in [("cholmod", None), ("tree", 0), ("tree32", 0)]:
         engine = CholmodEngine(tree_solve_unknowns=unknowns, quick_one_offs=False)
         factor = engine.factorize(matrix, engine.analyze(matrix))
+        if name == "tree32":
+            factor.preconditions_others()  # rounds L to float32
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
-            solutions.append(factor.apply(rhs))
+            solutions[name] = factor.apply(rhs)
             times.append(time.perf_counter() - start)
         result[name] = statistics.median(times)
-    result["difference"] = np.abs(solutions[-1] - solutions[0]).max() / np.abs(solutions[0]).max()
+    exact = solutions["cholmod"]
+    for name in ("tree", "tree32"):
+        result[f"{name} difference"] = np.abs(solutions[name] - exact).max() / np.abs(exact).max()
     return result
 
 
@@ -306,16 +312,20 @@ def main() -> None:
             "CHOLMOD solve (ms)",
             f"tree solve on {usable_cores()} cores (ms)",
             "speed-up",
-            "max relative difference",
+            "tree solve, L in float32 (ms)",
+            "speed-up",
+            "max relative difference (float64, float32)",
         )
-        for shape in [(512, 512), (1024, 1024)]:
-            r = triangular_solves(shape)
+        for shape, repeats in [((256, 260), 60), ((512, 512), 15), ((1024, 1024), 15)]:
+            r = triangular_solves(shape, repeats)
             row(
                 r["grid"],
                 f"{1e3 * r['cholmod']:.1f}",
                 f"{1e3 * r['tree']:.1f}",
                 f"{r['cholmod'] / r['tree']:.2f}x",
-                f"{r['difference']:.1e}",
+                f"{1e3 * r['tree32']:.1f}",
+                f"{r['cholmod'] / r['tree32']:.2f}x",
+                f"{r['tree difference']:.1e}, {r['tree32 difference']:.1e}",
             )
 
     if not args.skip_training:
