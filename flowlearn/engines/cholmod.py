@@ -64,8 +64,8 @@ class CholmodEngine(FactorEngine):
       run on all cores (3 s against 28 s for the simplicial one at 1024x1024, 0.6 against 3.3 s at 512x512,
       0.14 against 0.31 s at 256x256),
       turned into the same simplicial LDL^T and solved on all cores by
-      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.25-1.55x faster than CHOLMOD's one-core solve on 2 cores from 256x260 up),
-      which rounds L to float32 once the factor preconditions other matrices;
+      :class:`~flowlearn.engines.trisolve.TreeSolver` (1.25-1.55x faster than CHOLMOD's one-core solve on 2 cores
+      from 256x260 up), which rounds L to float32 once the factor preconditions other matrices;
     * above ``simplicial_limit`` a supernodal LL^T after plain METIS, solved by CHOLMOD: on the very large grids
       where a single factorisation dominates, ``nesdis`` gains nothing and its analysis takes 25% longer.
 
