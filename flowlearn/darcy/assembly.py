@@ -71,8 +71,11 @@ class SystemLayout:
         self.num_free = self.free_nodes.size
         free_index = np.full(grid.num_nodes, -1, dtype=np.int64)
         free_index[self.free_nodes] = np.arange(self.num_free)
-        self.row_a = free_index[self.edges[:, 0]]  # row of the free end of every edge
-        self.row_b = free_index[self.edges[: self.num_free_edges, 1]]  # row of the other end, free-free edges
+        # int32 index maps (as CSC indices are): the compiled assembly streams half the bytes of int64 ones.
+        self.row_a = free_index[self.edges[:, 0]].astype(np.int32)  # row of the free end of every edge
+        self.row_b = free_index[self.edges[: self.num_free_edges, 1]].astype(
+            np.int32
+        )  # other end, free-free edges
         self.free_mask = free
         self.fixed_mask = fixed
         self.active_mask = active
@@ -98,7 +101,7 @@ class SystemLayout:
         pattern.sort_indices()
         self.indices = pattern.indices.astype(np.int32)
         self.indptr = pattern.indptr.astype(np.int32)
-        self._entry_source = pattern.data - 1
+        self._entry_source = (pattern.data - 1).astype(np.int32)
 
     @property
     def nnz(self) -> int:
@@ -108,7 +111,7 @@ class SystemLayout:
         """(T, A) for one sample's log-conductivity (num_nodes,), flat image order.
 
         The last system of each batch slot is kept: the adjoint solve that follows a forward solve asks for the
-        same one again.
+        same one again, and so does the gradient (:meth:`last_transmissibilities`).
         """
         last = self._last_system.get(slot)
         if last is not None and np.array_equal(last[0], log_k):
@@ -117,6 +120,37 @@ class SystemLayout:
         matrix = self.matrix(transmissibility)
         self._last_system[slot] = (log_k.copy(), transmissibility, matrix)
         return transmissibility, matrix
+
+    def last_transmissibilities(self, log_k: np.ndarray) -> np.ndarray:
+        """:meth:`transmissibilities` (B, num_edges) of log_k (B, num_nodes), taken from each batch slot's last
+        system where it was built from the same log_k."""
+        rows = []
+        for slot, sample in enumerate(log_k):
+            last = self._last_system.get(slot)
+            fresh = last is None or not np.array_equal(last[0], sample)
+            rows.append(self.transmissibilities(sample[None])[0] if fresh else last[1])
+        return rows[0][None] if len(rows) == 1 else np.stack(rows)  # one sample: a view, no 16 MB copy
+
+    def log_k_gradient(
+        self, transmissibility: np.ndarray, adjoint: np.ndarray, heads: np.ndarray
+    ) -> np.ndarray:
+        """dL/dlogK, float64 (B, num_nodes), from T (B, num_edges), the adjoint lam (0 off the free nodes) and the
+        heads h (B, num_nodes), flat image order: the rule of :mod:`flowlearn.darcy.solve`, one compiled pass over
+        the edges per sample (5-8x faster than torch's gathers and scatters)."""
+        from flowlearn.darcy.kernels import add_log_k_gradient
+
+        node_a, node_b = self._edge_ends
+        gradient = np.zeros_like(adjoint)
+        for sample in range(adjoint.shape[0]):
+            add_log_k_gradient(
+                node_a, node_b, transmissibility[sample], adjoint[sample], heads[sample], gradient[sample]
+            )
+        return gradient
+
+    @cached_property
+    def _edge_ends(self) -> tuple[np.ndarray, np.ndarray]:
+        """The two pixels of every edge as contiguous int32 arrays, for the compiled loops."""
+        return tuple(np.ascontiguousarray(end, dtype=np.int32) for end in self.edges.T)
 
     def transmissibilities(self, log_k: np.ndarray) -> np.ndarray:
         """Edge transmissibility T_e, float64 (B, num_edges), from log-conductivity (B, num_nodes), flat image order."""
@@ -137,10 +171,10 @@ class SystemLayout:
 
     def matrix(self, transmissibility: np.ndarray) -> sp.csc_matrix:
         """The SPD free-node matrix A (num_free, num_free) for one sample's T (num_edges,)."""
-        t_free = transmissibility[: self.num_free_edges]
-        diagonal = np.bincount(self.row_a, transmissibility, self.num_free)
-        diagonal += np.bincount(self.row_b, t_free, self.num_free)
-        data = np.concatenate([diagonal, -t_free])[self._entry_source]
+        from flowlearn.darcy.kernels import fill_matrix
+
+        data = np.empty(self.nnz)
+        fill_matrix(transmissibility, self.row_a, self.row_b, self._entry_source, self.num_free, data)
         return sp.csc_matrix((data, self.indices, self.indptr), shape=(self.num_free, self.num_free))
 
     def rhs(self, transmissibility: np.ndarray, heads: np.ndarray, sources: np.ndarray) -> np.ndarray:

@@ -19,7 +19,8 @@ differentiable again: double backward, ``hessian``, ``jacfwd``, ``jacrev`` and `
 
 Only the linear solve depends on the backend: it runs through the chosen :class:`~flowlearn.engines.base.Engine`
 (CHOLMOD, SuperLU or AMG on the CPU, cuDSS or PCG on a GPU, DPFEHM in Julia), while these rules are the same torch
-operations everywhere. The ``vmap`` rule folds the vmapped dimension into the batch, so the engine sees one batch.
+operations everywhere (on the CPU, where no graph of the gradient is recorded, the sum over edges runs as one compiled
+loop instead). The ``vmap`` rule folds the vmapped dimension into the batch, so the engine sees one batch.
 """
 
 from __future__ import annotations
@@ -155,13 +156,25 @@ class PressureSolve(torch.autograd.Function):
         lam = torch.where(free, flat(adjoint), 0.0)
         grad_log_k = grad_heads = None
         needs_log_k, needs_heads = ctx.needs_input_grad[:2]
+        # Where no graph of the gradient is recorded (no double backward), the CPU takes T from the solve's own
+        # assembly and sums the edges in one compiled loop: at 1024x1024 10 ms against 110 ms of torch operations.
+        compiled = log_k.device.type == "cpu" and not torch.is_grad_enabled()
         if needs_log_k or needs_heads:
             u = flat(log_k)
-            t = layout.torch_transmissibilities(u)
+            if compiled:
+                t = torch.from_numpy(layout.last_transmissibilities(u.detach().numpy()))
+            else:
+                t = layout.torch_transmissibilities(u)
         if needs_log_k:
             h = flat(pressure)
-            dloss_dt = -(lam[:, node_a] - lam[:, node_b]) * (h[:, node_a] - h[:, node_b])
-            grad_log_k = _scatter_edges(0.5 * dloss_dt * t, node_a, node_b, u).reshape(shape)
+            if compiled:
+                grad_log_k = torch.from_numpy(
+                    layout.log_k_gradient(t.numpy(), lam.detach().numpy(), h.detach().numpy())
+                )
+            else:
+                dloss_dt = -(lam[:, node_a] - lam[:, node_b]) * (h[:, node_a] - h[:, node_b])
+                grad_log_k = _scatter_edges(0.5 * dloss_dt * t, node_a, node_b, u)
+            grad_log_k = grad_log_k.reshape(shape)
         if needs_heads:
             # (L lam) at a Dirichlet node d sums T_e (lam_d - lam_a) = -T_e lam_a over its free-Dirichlet edges
             # (lam_d = 0); no other edge touches a Dirichlet node.

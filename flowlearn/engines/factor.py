@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 import torch
+from numba import njit
 from scipy.linalg.blas import daxpy
 from threadpoolctl import ThreadpoolController
 
@@ -252,10 +253,8 @@ class FactorEngine(Engine):
     def _close(self, entry: _Slot, data: np.ndarray) -> bool:
         """Whether ``data`` is near enough to the slot's factored matrix for its factor to precondition CG."""
         if entry.closeness is None or entry.closeness[0] is not data:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = data / entry.factored_data  # NaN or inf where an old entry was 0: not close
-            close = 1 - self.max_change <= ratio.min() and ratio.max() <= 1 + self.max_change
-            entry.closeness = (data, bool(close))
+            close = _ratios_within(data, entry.factored_data, 1 - self.max_change, 1 + self.max_change)
+            entry.closeness = (data, close)
         return entry.closeness[1]
 
     def _direct(self, entry: _Slot, matrix: sp.csc_matrix, rhs: np.ndarray) -> np.ndarray:
@@ -346,6 +345,17 @@ def _single_threaded_blas():
     threads only add synchronisation: one thread is 2-10x faster, most of all on a busy machine. Factorisations
     keep all threads."""
     return _blas_controller().limit(limits=1, user_api="blas")
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _ratios_within(data, reference, low, high):  # pragma: no cover - compiled
+    """Whether low <= data / reference <= high entrywise (not where an old entry was 0: a NaN or inf ratio). One
+    pass that stops at the first entry outside, where numpy's ratio, min and max took three (20 ms at 1024x1024)."""
+    for k in range(data.size):
+        ratio = data[k] / reference[k]
+        if not low <= ratio <= high:
+            return False
+    return True
 
 
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:
