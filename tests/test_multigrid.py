@@ -143,6 +143,40 @@ def test_the_adjoint_reuses_the_hierarchy_and_the_next_step_gets_a_reusable_fact
     assert solver.prepared(problem).slots[0].factor.reusable
 
 
+def test_a_matrix_solved_a_third_time_gets_a_factorisation():
+    """A Gauss–Newton step solves one matrix twice per inner iteration: multigrid serves a one-off's forward and
+    adjoint, a factorisation every solve after them."""
+    problem, matrix, log_k = _fracture_system((30, 33), seed=6)
+    solver = make_engine("superlu", multigrid_unknowns=0)
+    rng = np.random.default_rng(7)
+    free = problem.layout.free_nodes
+    for solves in range(1, 5):
+        sources = np.zeros(problem.grid.num_nodes)
+        sources[free] = rng.normal(size=free.size)
+        heads = torch.zeros(problem.grid.shape, dtype=torch.float64)
+        pressure = solve_pressure(
+            torch.from_numpy(log_k),
+            problem,
+            heads,
+            torch.from_numpy(sources.reshape(problem.grid.shape)),
+            solver=solver,
+        )
+        # Zero heads: A h_f = Q_f, solved here independently.
+        expected = spla.spsolve(matrix, sources[free])
+        np.testing.assert_allclose(
+            pressure.numpy().ravel()[free], expected, rtol=1e-9, atol=1e-12 * np.abs(expected).max()
+        )
+        factorizations, pcg_solves, direct_solves = (
+            solver.stats.factorizations,
+            solver.stats.pcg_solves,
+            solver.stats.direct_solves,
+        )
+        assert (factorizations, pcg_solves, direct_solves) == (
+            (1, solves, 0) if solves <= 2 else (2, 2, solves - 2)
+        )
+    assert solver.prepared(problem).slots[0].factor.exact
+
+
 def test_a_stalled_multigrid_solve_gives_way_to_a_factorisation(monkeypatch):
     problem, _, log_k = _fracture_system((30, 33), seed=5)
     monkeypatch.setattr(Multigrid, "give_way_after", 2)  # far too few iterations to reach 1e-11

@@ -17,7 +17,8 @@ chooses per solve:
   reused (a one-off solve, the first of a run) -> CG preconditioned by a smoothed-aggregation multigrid
   hierarchy (:mod:`~flowlearn.engines.multigrid`), 1.5-2.4x faster than CHOLMOD's analysis, factorisation and
   solve at 256x260 to 1024x1024; the adjoint of the same matrix reuses the hierarchy. Should CG stall, a
-  factorisation takes over;
+  factorisation takes over, and so it does when the matrix comes back a third time (a Gauss–Newton step solves
+  one matrix twice per inner iteration): its direct solves then cost a fraction of multigrid's 20-odd iterations;
 * otherwise -> a new numeric factorisation (the symbolic analysis is kept per problem).
 
 An old factor grows a worse preconditioner as the conductivities drift away from it, so CG needs more iterations
@@ -50,6 +51,9 @@ from flowlearn.errors import ConvergenceError
 
 # Earlier solutions per role and batch slot whose span CG starts in (see _start).
 START_BASIS = 3
+# Solves of one matrix that a one-off preconditioner (multigrid) serves before a factorisation replaces it: the
+# forward and the adjoint of a one-off solve.
+ONE_OFF_SOLVES = 2
 
 if TYPE_CHECKING:
     from flowlearn.darcy.assembly import SystemLayout
@@ -203,6 +207,13 @@ class FactorEngine(Engine):
         self, state: FactorState, entry: _Slot, role: str, matrix: sp.csc_matrix, rhs: np.ndarray
     ) -> np.ndarray:
         if entry.factor is not None and _equal(entry.factored_data, matrix.data):
+            if (
+                self.reuse
+                and self.exact
+                and not entry.factor.reusable
+                and entry.life_solves >= ONE_OFF_SOLVES
+            ):
+                self._factorize(state, entry, matrix, expect_reuse=True, multigrid=False)
             result = self._with_factor(state, entry, role, matrix, rhs)
             if result is not None:
                 return result
