@@ -2,11 +2,39 @@
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 from conftest import DIRECT_BACKENDS
 
 from flowlearn import DarcyProblem, Grid, solve_pressure
 from flowlearn.engines import make_engine
+
+
+@pytest.mark.parametrize("shape", [(7, 9), (40, 33), (3, 4, 5)])
+def test_assembled_matrix_is_the_graph_laplacian_of_the_free_nodes(shape):
+    """A, as the layout's compiled loops store it, equals sum_e T_e (1_a - 1_b)(1_a - 1_b)^T over the edges, built
+    with scipy and restricted to the free nodes: what the conventions of the module docstring say it is."""
+    rng = np.random.default_rng(len(shape))
+    grid = Grid(tuple(0.0 for _ in shape), tuple(1.0 for _ in shape), shape[::-1])  # counts x first
+    shape = grid.shape
+    active = rng.random(shape) > 0.15
+    fixed = np.zeros(shape, dtype=bool)
+    fixed[..., 0] = fixed[..., -1] = True
+    problem = DarcyProblem(grid, fixed, np.where(fixed, 1.0, 0.0), active=active, drop_unconnected=True)
+    layout = problem.layout
+    transmissibility, matrix = layout.system(0, rng.normal(size=grid.num_nodes))
+    a, b = layout.edges.T
+    ends = np.concatenate([a, b])
+    incidence = sp.csr_matrix(
+        (np.concatenate([np.ones(a.size), -np.ones(a.size)]), (np.tile(np.arange(a.size), 2), ends)),
+        shape=(a.size, grid.num_nodes),
+    )
+    laplacian = (incidence.T @ sp.diags(transmissibility) @ incidence).tocsc()
+    free = layout.free_nodes
+    expected = laplacian[free][:, free]
+    assert (matrix != matrix.T).nnz == 0 and matrix.has_sorted_indices
+    assert abs(matrix - expected).max() <= 1e-14 * abs(expected).max()
+    assert matrix.nnz == expected.nnz
 
 
 @pytest.mark.parametrize("backend", DIRECT_BACKENDS)

@@ -58,7 +58,8 @@ class SystemLayout:
         # Within each group, edges follow the image order of their nodes: gathers and scatters over edges then
         # stream through memory. (DPFEHM's order walks the image with a stride of a whole row, and every access
         # would touch a new page: 3-5x slower on large grids.)
-        order = np.lexsort((b, a, ~both_free))
+        # One int64 key, sorted stably (timsort on its presorted runs): 2x faster than np.lexsort's three keys.
+        order = np.argsort((~both_free * grid.num_nodes + a) * grid.num_nodes + b, kind="stable")
         # Column-major, so that edges.T gives the two ends as contiguous arrays: fast gathers.
         self.edges = np.asfortranarray(np.stack([a[order], b[order]], axis=1))
         self.areas_over_lengths = aol[order]
@@ -75,7 +76,7 @@ class SystemLayout:
         self.row_a = free_index[self.edges[:, 0]].astype(np.int32)  # row of the free end of every edge
         self.row_b = free_index[self.edges[: self.num_free_edges, 1]].astype(
             np.int32
-        )  # other end, free-free edges
+        )  # the other end, free-free
         self.free_mask = free
         self.fixed_mask = fixed
         self.active_mask = active
@@ -89,19 +90,11 @@ class SystemLayout:
         ``_entry_source`` maps every stored entry to its value in ``[diagonal (num_free), -T of the free-free edges]``,
         so that filling the matrix is one gather that writes the entries in storage order.
         """
-        n, ra, rb = self.num_free, self.row_a[: self.num_free_edges], self.row_b
-        diag = np.arange(n)
-        rows = np.concatenate([diag, ra, rb])
-        cols = np.concatenate([diag, rb, ra])
-        edge_values = n + np.arange(self.num_free_edges)  # both triangles take -T of their edge
-        source = np.concatenate([diag, edge_values, edge_values])
-        # scipy's COO -> CSC conversion is a counting sort by column, then by row within each column: 10x faster
-        # than a lexsort on large grids. The sources ride along as the entries' values (+1, so none is zero).
-        pattern = sp.coo_matrix((source + 1, (rows, cols)), shape=(n, n)).tocsc()
-        pattern.sort_indices()
-        self.indices = pattern.indices.astype(np.int32)
-        self.indptr = pattern.indptr.astype(np.int32)
-        self._entry_source = (pattern.data - 1).astype(np.int32)
+        from flowlearn.darcy.kernels import csc_pattern
+
+        self.indptr, self.indices, self._entry_source = csc_pattern(
+            self.num_free, self.row_a[: self.num_free_edges], self.row_b
+        )
 
     @property
     def nnz(self) -> int:

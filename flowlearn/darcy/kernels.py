@@ -1,8 +1,8 @@
-"""Compiled loops over a layout's edges, for CPU solves: the matrix entries and the log-conductivity gradient.
+"""Compiled loops over a layout's edges: the sparsity pattern of A, its entries and the log-conductivity gradient.
 
-numpy does each in several passes over the 2M edges of a 1024x1024 grid (gathers, products, scatters), each pass a
-stream through memory; one loop visits every edge once. Imported on first use, so that ``import flowlearn`` does not
-load numba.
+numpy does each in several passes over the 2M edges of a 1024x1024 grid (sorts, gathers, products, scatters), each
+pass a stream through memory; one loop visits every edge once. Imported on first use, so that ``import flowlearn``
+does not load numba.
 """
 
 from __future__ import annotations
@@ -41,3 +41,35 @@ def add_log_k_gradient(node_a, node_b, transmissibility, adjoint, heads, out):  
         share = -0.5 * transmissibility[e] * (adjoint[a] - adjoint[b]) * (heads[a] - heads[b])
         out[a] += share
         out[b] += share
+
+
+@njit(cache=True)
+def csc_pattern(num_free, row_a, row_b):  # pragma: no cover - compiled
+    """The CSC pattern of A (:mod:`flowlearn.darcy.assembly`): the diagonal and both triangles of the free-free
+    edges e, which join rows row_a[e] and row_b[e] (num_free_edges,). Returns int32 (indptr (num_free+1,), indices
+    (nnz,), entry_source (nnz,)): rows sorted within each column, and per entry its row where it is a diagonal one,
+    else num_free + its edge. A counting sort by column, then an insertion sort of each column's few rows."""
+    counts = np.ones(num_free, dtype=np.int64)
+    for e in range(row_b.size):
+        counts[row_a[e]] += 1
+        counts[row_b[e]] += 1
+    indptr = np.zeros(num_free + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum(counts)
+    indices = np.empty(indptr[-1], dtype=np.int32)
+    source = np.empty(indptr[-1], dtype=np.int32)
+    filled = indptr[:-1].copy()
+    for j in range(num_free):
+        indices[filled[j]], source[filled[j]] = j, j
+        filled[j] += 1
+    for e in range(row_b.size):
+        for column, row in ((row_a[e], row_b[e]), (row_b[e], row_a[e])):
+            indices[filled[column]], source[filled[column]] = row, num_free + e
+            filled[column] += 1
+    for j in range(num_free):
+        for k in range(indptr[j] + 1, indptr[j + 1]):
+            row, value, i = indices[k], source[k], k
+            while i > indptr[j] and indices[i - 1] > row:
+                indices[i], source[i] = indices[i - 1], source[i - 1]
+                i -= 1
+            indices[i], source[i] = row, value
+    return indptr.astype(np.int32), indices, source
