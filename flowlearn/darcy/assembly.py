@@ -74,9 +74,8 @@ class SystemLayout:
         free_index[self.free_nodes] = np.arange(self.num_free)
         # int32 index maps (as CSC indices are): the compiled assembly streams half the bytes of int64 ones.
         self.row_a = free_index[self.edges[:, 0]].astype(np.int32)  # row of the free end of every edge
-        self.row_b = free_index[self.edges[: self.num_free_edges, 1]].astype(
-            np.int32
-        )  # the other end, free-free
+        # The row of the other end, free-free edges.
+        self.row_b = free_index[self.edges[: self.num_free_edges, 1]].astype(np.int32)
         self.free_mask = free
         self.fixed_mask = fixed
         self.active_mask = active

@@ -207,6 +207,7 @@ class FactorEngine(Engine):
         self, state: FactorState, entry: _Slot, role: str, matrix: sp.csc_matrix, rhs: np.ndarray
     ) -> np.ndarray:
         if entry.factor is not None and _equal(entry.factored_data, matrix.data):
+            # A one-off's hierarchy served its forward and adjoint; a matrix that keeps coming back gets a factor.
             if (
                 self.reuse
                 and self.exact
@@ -264,7 +265,8 @@ class FactorEngine(Engine):
     def _close(self, entry: _Slot, data: np.ndarray) -> bool:
         """Whether ``data`` is near enough to the slot's factored matrix for its factor to precondition CG."""
         if entry.closeness is None or entry.closeness[0] is not data:
-            close = _ratios_within(data, entry.factored_data, 1 - self.max_change, 1 + self.max_change)
+            reference, change = entry.factored_data, self.max_change
+            close = data.size == reference.size and _ratios_within(data, reference, 1 - change, 1 + change)
             entry.closeness = (data, close)
         return entry.closeness[1]
 
