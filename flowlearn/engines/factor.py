@@ -17,8 +17,9 @@ chooses per solve:
   reused (a one-off solve, the first of a run) -> CG preconditioned by a smoothed-aggregation multigrid
   hierarchy (:mod:`~flowlearn.engines.multigrid`), 1.5-2.4x faster than CHOLMOD's analysis, factorisation and
   solve at 256x260 to 1024x1024; the adjoint of the same matrix reuses the hierarchy. Should CG stall, a
-  factorisation takes over, and so it does when the matrix comes back a third time (a Gauss–Newton step solves
-  one matrix twice per inner iteration): its direct solves then cost a fraction of multigrid's 20-odd iterations;
+  factorisation takes over, and so it does when the matrix comes back with a third new right-hand side (a
+  Gauss–Newton step solves one matrix twice per inner iteration): direct solves then cost a fraction of
+  multigrid's 20-odd iterations;
 * otherwise -> a new numeric factorisation (the symbolic analysis is kept per problem).
 
 An old factor grows a worse preconditioner as the conductivities drift away from it, so CG needs more iterations
@@ -51,8 +52,9 @@ from flowlearn.errors import ConvergenceError
 
 # Earlier solutions per role and batch slot whose span CG starts in (see _start).
 START_BASIS = 3
-# Solves of one matrix that a one-off preconditioner (multigrid) serves before a factorisation replaces it: the
-# forward and the adjoint of a one-off solve.
+# Solves of one matrix that a one-off preconditioner (multigrid) iterates for before a factorisation replaces it:
+# the forward and the adjoint of a one-off solve. (A repeated right-hand side starts at its old solution and needs
+# no iteration: a validation pass of unchanged weights stays a multigrid solve every epoch.)
 ONE_OFF_SOLVES = 2
 
 if TYPE_CHECKING:
@@ -103,6 +105,7 @@ class _Slot:
     life_seconds: float = 0.0
     life_solves: int = 0
     cg_seconds: float = 0.0
+    iterated_solves: int = 0  # of the factor's life, those where CG took at least one iteration
 
 
 @dataclass
@@ -207,12 +210,13 @@ class FactorEngine(Engine):
         self, state: FactorState, entry: _Slot, role: str, matrix: sp.csc_matrix, rhs: np.ndarray
     ) -> np.ndarray:
         if entry.factor is not None and _equal(entry.factored_data, matrix.data):
-            # A one-off's hierarchy served its forward and adjoint; a matrix that keeps coming back gets a factor.
+            # A one-off's hierarchy served its forward and adjoint; a matrix that keeps coming back with new
+            # right-hand sides gets a factor.
             if (
                 self.reuse
                 and self.exact
                 and not entry.factor.reusable
-                and entry.life_solves >= ONE_OFF_SOLVES
+                and entry.iterated_solves >= ONE_OFF_SOLVES
             ):
                 self._factorize(state, entry, matrix, expect_reuse=True, multigrid=False)
             result = self._with_factor(state, entry, role, matrix, rhs)
@@ -294,7 +298,7 @@ class FactorEngine(Engine):
             state.factor_seconds = _running(state.factor_seconds, time.perf_counter() - start)
         entry.factored_data = matrix.data.copy()
         entry.closeness = None
-        entry.life_seconds, entry.life_solves, entry.cg_seconds = 0.0, 0, 0.0
+        entry.life_seconds, entry.life_solves, entry.cg_seconds, entry.iterated_solves = 0.0, 0, 0.0, 0
         self.stats.factorizations += 1
 
     def _multigrid(self, layout: SystemLayout, matrix: sp.csc_matrix) -> Factor | None:
@@ -325,6 +329,7 @@ class FactorEngine(Engine):
             state.apply_seconds = _running(state.apply_seconds, seconds / result.iterations)
         self.stats.pcg_solves += 1
         self.stats.pcg_iterations += result.iterations
+        entry.iterated_solves += int(result.iterations > 0)
         return result.solution if result.converged else None
 
 
