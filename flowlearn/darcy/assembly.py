@@ -105,8 +105,8 @@ class SystemLayout:
         The last system of each batch slot is kept: the adjoint solve that follows a forward solve asks for the
         same one again, and so does the gradient (:meth:`last_transmissibilities`).
         """
-        last = self._last_system.get(slot)
-        if last is not None and np.array_equal(last[0], log_k):
+        last = self._last_of(slot, log_k)
+        if last is not None:
             return last[1], last[2]
         transmissibility = self.transmissibilities(log_k[None])[0]
         matrix = self.matrix(transmissibility)
@@ -118,10 +118,14 @@ class SystemLayout:
         system where it was built from the same log_k."""
         rows = []
         for slot, sample in enumerate(log_k):
-            last = self._last_system.get(slot)
-            fresh = last is None or not np.array_equal(last[0], sample)
-            rows.append(self.transmissibilities(sample[None])[0] if fresh else last[1])
+            last = self._last_of(slot, sample)
+            rows.append(self.transmissibilities(sample[None])[0] if last is None else last[1])
         return rows[0][None] if len(rows) == 1 else np.stack(rows)  # one sample: a view, no 16 MB copy
+
+    def _last_of(self, slot: int, log_k: np.ndarray) -> tuple[np.ndarray, np.ndarray, sp.csc_matrix] | None:
+        """The slot's last (log_k, T, A) where it was built from this log_k, else None."""
+        last = self._last_system.get(slot)
+        return last if last is not None and np.array_equal(last[0], log_k) else None
 
     def log_k_gradient(
         self, transmissibility: np.ndarray, adjoint: np.ndarray, heads: np.ndarray
