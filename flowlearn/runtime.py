@@ -1,0 +1,49 @@
+"""Process-wide settings made when flowlearn is imported (by importing this module), each left alone where the
+user made it already.
+
+Both serve the training loop's solves, and both must come before the libraries they tune are busy: OpenMP reads
+its wait policy when torch is first imported, and malloc's settings apply to the allocations made after them. So
+``flowlearn/__init__.py`` imports this module first, and it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+# mallopt takes an int: the largest free top of the heap kept, 2 GiB.
+_KEEP_BYTES = 2**31 - 1
+_MALLOC_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
+
+
+def _keep_freed_memory() -> None:
+    """Let glibc's malloc keep the memory a solve frees, for the next solve to reuse.
+
+    By default glibc maps the blocks above a threshold (128 KiB, raised to at most 32 MiB as such blocks are freed)
+    afresh at every allocation, and hands the heap's free top back to the system once it exceeds twice that
+    threshold. Each training step's vectors and matrix entries then come back as new pages, which the kernel
+    zeroes again at first touch: 5,000 to 21,000 page faults and 80-110 ms of system time per steady step at
+    1024x1024, about a tenth of the step. With every block on the heap and its free top kept (up to 2 GiB),
+    steady steps fault almost no page. The price: the process keeps its peak memory until it exits. Skipped where the user configured malloc (``MALLOC_*_`` variables, ``GLIBC_TUNABLES`` with
+    ``glibc.malloc``) and off glibc (macOS, musl), where there is no such call or it does nothing."""
+    if any(name in os.environ for name in _MALLOC_VARIABLES) or "glibc.malloc" in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    ):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    mallopt(_M_MMAP_MAX, 0)
+    mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)
+
+
+# torch's OpenMP threads spin after every parallel region by default, taking the cores that CHOLMOD's and OpenBLAS's
+# threads need a moment later (a training step at 256x260 ran 2-3x slower on a 2-core machine when this was set; the
+# README's Threads paragraph has today's figures). Sleeping idle threads avoid that.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+_keep_freed_memory()
