@@ -27,16 +27,20 @@ def _keep_freed_memory() -> None:
     threshold. Each training step's vectors and matrix entries then come back as new pages, which the kernel
     zeroes again at first touch: 5,000 to 21,000 page faults and 80-110 ms of system time per steady step at
     1024x1024, about a tenth of the step. With every block on the heap and its free top kept (up to 2 GiB),
-    steady steps fault almost no page. The price: the process keeps its peak memory until it exits. Skipped where the user configured malloc (``MALLOC_*_`` variables, ``GLIBC_TUNABLES`` with
-    ``glibc.malloc``) and off glibc (macOS, musl), where there is no such call or it does nothing."""
+    steady steps fault almost no page. The price: the process keeps its peak memory until it exits.
+
+    Skipped where the user configured malloc (``MALLOC_*_`` variables, ``GLIBC_TUNABLES`` with ``glibc.malloc``)
+    and off glibc (macOS, musl, Windows)."""
     if any(name in os.environ for name in _MALLOC_VARIABLES) or "glibc.malloc" in os.environ.get(
         "GLIBC_TUNABLES", ""
     ):
         return
     try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+        if not os.confstr("CS_GNU_LIBC_VERSION"):  # "glibc 2.36" on glibc
+            return
+    except (AttributeError, ValueError, OSError):  # no confstr, or no such name
         return
+    mallopt = ctypes.CDLL(None).mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     mallopt(_M_MMAP_MAX, 0)
     mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)
