@@ -188,68 +188,72 @@ def _direct_rows(indptr, indices, supernodes, owner):
     return direct
 
 
+# The kernels below index with unsigned integers (``_U``): numba checks every signed index for a negative value to
+# wrap around, and on the short loops at the bottom of the tree (most columns hold fewer than ten entries) those
+# checks took half the time. Unsigned, the solve at 1024x1024 runs 1.4x faster.
+_U = np.uint64
+
+
 @njit(nogil=True, fastmath=True, cache=True)
 def _forward(indptr, indices, values, supernodes, order, direct_rows, top_position, x, top_sums, below):
     """Solve the unit lower triangle of L in place on x for the supernodes ``order``, ascending.
 
-    Updates of rows past ``direct_rows`` go to ``top_sums`` (indexed by ``top_position``) instead of x. The
-    loops run over slices rather than offsets: that lets LLVM vectorise them."""
-    for q in order:
-        start, stop = supernodes[q], supernodes[q + 1]
-        rows = indices[indptr[stop - 1] + 1 : indptr[stop]]
-        m, split = rows.size, direct_rows[q]
-        if stop - start == 1:  # most supernodes are single columns: scatter straight from the column
-            column, xc = values[indptr[start] + 1 : indptr[stop]], x[start]
-            for i in range(split):
-                x[rows[i]] -= column[i] * xc
-            for i in range(split, m):
-                top_sums[top_position[rows[i]]] -= column[i] * xc
+    Updates of rows past ``direct_rows`` go to ``top_sums`` (indexed by ``top_position``) instead of x."""
+    for position in range(order.size):
+        q = _U(order[position])
+        start, stop = _U(supernodes[q]), _U(supernodes[q + _U(1)])
+        first, end = _U(indptr[stop - _U(1)] + 1), _U(indptr[stop])  # the rows below, in the last column
+        m, split = end - first, _U(direct_rows[q])
+        if stop - start == _U(1):  # most supernodes are single columns: scatter straight from the column
+            xc = x[start]
+            for k in range(first, first + split):
+                x[_U(indices[k])] -= values[k] * xc
+            for k in range(first + split, end):
+                top_sums[_U(top_position[_U(indices[k])])] -= values[k] * xc
             continue
         for c in range(start, stop):  # the dense triangle inside the supernode
-            inside, xc = values[indptr[c] + 1 : indptr[c] + stop - c], x[c]
-            later = x[c + 1 : stop]
-            for k in range(later.size):
-                later[k] -= inside[k] * xc
+            inside, xc = _U(indptr[c]) + _U(1), x[c]
+            for k in range(stop - c - _U(1)):
+                x[c + _U(1) + k] -= values[inside + k] * xc
         if m == 0:
             continue
-        sums = below[:m]
-        sums[:] = 0.0
+        for i in range(m):
+            below[i] = 0.0
         for c in range(start, stop):  # the rows below: every column's share summed before one scatter
-            column, xc = values[indptr[c] + stop - c : indptr[c + 1]], x[c]
+            column, xc = _U(indptr[c]) + stop - c, x[c]
             for i in range(m):
-                sums[i] += column[i] * xc
+                below[i] += values[column + i] * xc
         for i in range(split):
-            x[rows[i]] -= sums[i]
+            x[_U(indices[first + i])] -= below[i]
         for i in range(split, m):
-            top_sums[top_position[rows[i]]] -= sums[i]
+            top_sums[_U(top_position[_U(indices[first + i])])] -= below[i]
 
 
 @njit(nogil=True, fastmath=True, cache=True)
 def _backward(indptr, indices, values, supernodes, order, pivots, x, below):
     """Solve ``L^T x = D^{-1} x`` in place for the supernodes ``order``, descending (D is ``pivots``)."""
-    for p in range(order.size - 1, -1, -1):
-        q = order[p]
-        start, stop = supernodes[q], supernodes[q + 1]
-        rows = indices[indptr[stop - 1] + 1 : indptr[stop]]
-        m = rows.size
-        if stop - start == 1:
-            column = values[indptr[start] + 1 : indptr[stop]]
+    for position in range(order.size - 1, -1, -1):
+        q = _U(order[position])
+        start, stop = _U(supernodes[q]), _U(supernodes[q + _U(1)])
+        first, end = _U(indptr[stop - _U(1)] + 1), _U(indptr[stop])
+        if stop - start == _U(1):
             total = 0.0
-            for i in range(m):
-                total += column[i] * x[rows[i]]
+            for k in range(first, end):
+                total += values[k] * x[_U(indices[k])]
             x[start] = x[start] / pivots[start] - total
             continue
-        gathered = below[:m]
-        for i in range(m):
-            gathered[i] = x[rows[i]]
-        for c in range(stop - 1, start - 1, -1):
-            inside, later = values[indptr[c] + 1 : indptr[c] + stop - c], x[c + 1 : stop]
-            column = values[indptr[c] + stop - c : indptr[c + 1]]
+        m = end - first
+        for i in range(m):  # the rows below, gathered once for all the supernode's columns
+            below[i] = x[_U(indices[first + i])]
+        c = stop
+        while c > start:
+            c -= _U(1)
+            inside, column = _U(indptr[c]) + _U(1), _U(indptr[c]) + stop - c
             total = 0.0
-            for k in range(later.size):
-                total += inside[k] * later[k]
+            for k in range(stop - c - _U(1)):
+                total += values[inside + k] * x[c + _U(1) + k]
             for i in range(m):
-                total += column[i] * gathered[i]
+                total += values[column + i] * below[i]
             x[c] = x[c] / pivots[c] - total
 
 
@@ -257,14 +261,14 @@ def _backward(indptr, indices, values, supernodes, order, pivots, x, below):
 def _gather(source, index, out, start, stop):
     """out[start:stop] = source[index[start:stop]]."""
     for i in range(start, stop):
-        out[i] = source[index[i]]
+        out[i] = source[_U(index[i])]
 
 
 @njit(nogil=True, cache=True)
 def _scatter(source, index, out, start, stop):
     """out[index[start:stop]] = source[start:stop]."""
     for i in range(start, stop):
-        out[index[i]] = source[i]
+        out[_U(index[i])] = source[i]
 
 
 def ldl_from_cholesky(factor_l: sp.csc_matrix) -> tuple[sp.csc_matrix, np.ndarray]:
