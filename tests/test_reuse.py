@@ -8,7 +8,7 @@ from conftest import DIRECT_BACKENDS
 
 from flowlearn import ConvergenceError, DarcyProblem, solve_pressure
 from flowlearn.engines import cholmod_available, make_engine
-from flowlearn.engines.pcg import pcg, symmetric_product
+from flowlearn.engines.pcg import pcg, symmetric_product, whole
 
 
 def _field(shape, seed):
@@ -116,12 +116,44 @@ def test_pcg_reaches_the_energy_norm_tolerance_and_reports_failure():
     rhs = rng.normal(size=n)
     exact = np.linalg.solve(laplacian.toarray(), rhs)
     jacobi = 1 / laplacian.diagonal()
-    result = pcg(symmetric_product(laplacian), rhs, lambda r: jacobi * r, None, rtol=1e-12, max_iter=1000)
+    result = pcg(
+        symmetric_product(laplacian), rhs, whole(lambda r: jacobi * r), None, rtol=1e-12, max_iter=1000
+    )
     assert result.converged
     energy_error = np.sqrt((result.solution - exact) @ laplacian @ (result.solution - exact))
     assert energy_error <= 1e-11 * np.sqrt(exact @ laplacian @ exact)
-    stalled = pcg(symmetric_product(laplacian), rhs, lambda r: jacobi * r, None, rtol=1e-12, max_iter=3)
+    stalled = pcg(
+        symmetric_product(laplacian), rhs, whole(lambda r: jacobi * r), None, rtol=1e-12, max_iter=3
+    )
     assert not stalled.converged and stalled.iterations == 3
+
+
+def test_pcg_tests_convergence_before_the_second_half_of_a_split_preconditioner():
+    # M^{-1} = L^{-T} D^{-1} L^{-1} from the exact LDL^T of a nearby matrix: r.M^{-1}r = y.D^{-1}y with y = L^{-1}r.
+    rng = np.random.default_rng(7)
+    n = 120
+
+    def tridiagonal(diagonal):
+        return sp.diags([-np.ones(n - 1), diagonal, -np.ones(n - 1)], [-1, 0, 1], format="csr")
+
+    old = tridiagonal(2.0 + rng.random(n)).toarray()
+    new = tridiagonal(old.diagonal() * (1 + 0.01 * rng.random(n)))
+    factor = np.linalg.cholesky(old)  # G G^T = L D L^T with L = G / diag(G), D = diag(G)^2
+    lower, pivots = factor / factor.diagonal(), factor.diagonal() ** 2
+    rests = []
+
+    def split(r):
+        y = np.linalg.solve(lower, r)
+        rests.append(0)
+        return float(y @ (y / pivots)), lambda: (rests.pop(), np.linalg.solve(lower.T, y / pivots))[1]
+
+    rhs = rng.normal(size=n)
+    halves = pcg(symmetric_product(new), rhs, split, None, rtol=1e-12, max_iter=50)
+    wholes = pcg(symmetric_product(new), rhs, whole(lambda r: np.linalg.solve(old, r)), None, 1e-12, 50)
+    assert halves.converged and halves.iterations == wholes.iterations > 1
+    np.testing.assert_allclose(halves.solution, np.linalg.solve(new.toarray(), rhs), rtol=1e-10)
+    # The solve's last first half found it converged; its second half never ran.
+    assert rests == [0]
 
 
 def test_the_threaded_product_is_the_matrix_product_of_a_symmetric_matrix_in_any_storage():

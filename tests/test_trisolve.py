@@ -62,6 +62,10 @@ def test_tree_solve_matches_a_direct_solve(name, tasks):
     np.testing.assert_allclose(solution, expected, rtol=0, atol=1e-10 * np.abs(expected).max())
     # The residual, independently of SuperLU's own round-off.
     assert np.linalg.norm(matrix @ solution - rhs) <= 1e-11 * np.linalg.norm(rhs)
+    # In halves: the forward substitution alone gives rhs . A^{-1} rhs, the rest the same solution.
+    energy, rest = solver.split(rhs)
+    assert energy == pytest.approx(rhs @ expected, rel=1e-10)
+    np.testing.assert_allclose(rest(), solution, rtol=0, atol=1e-14 * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("name", PROBLEMS)

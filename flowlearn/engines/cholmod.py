@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,9 @@ class _CholmodFactor(Factor):
 
     def apply(self, rhs: np.ndarray) -> np.ndarray:
         return self._tree.apply(rhs) if self._tree else self._factor(rhs)
+
+    def split(self, rhs: np.ndarray) -> tuple[float, Callable[[], np.ndarray]]:
+        return self._tree.split(rhs) if self._tree else super().split(rhs)
 
     def preconditions_others(self) -> None:
         if self._tree:

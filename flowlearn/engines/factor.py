@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -47,7 +48,7 @@ from scipy.linalg.blas import daxpy
 from threadpoolctl import ThreadpoolController
 
 from flowlearn.engines.base import Engine
-from flowlearn.engines.pcg import PCGResult, pcg, symmetric_product
+from flowlearn.engines.pcg import PCGResult, pcg, symmetric_product, whole
 from flowlearn.errors import ConvergenceError
 
 # Earlier solutions per role and batch slot whose span CG starts in (see _start).
@@ -80,6 +81,11 @@ class Factor(ABC):
     def apply(self, rhs: np.ndarray) -> np.ndarray:
         """Return ``A^{-1} rhs`` (or its approximation) for rhs float64 (n,)."""
 
+    def split(self, rhs: np.ndarray) -> tuple[float, Callable[[], np.ndarray]]:
+        """``apply`` as CG takes it (:data:`~flowlearn.engines.pcg.Split`): ``rhs . apply(rhs)`` first, then a
+        function returning ``apply(rhs)``. A factor whose first half of the work gives the former overrides it."""
+        return whole(self.apply)(rhs)
+
     def preconditions_others(self) -> None:  # noqa: B027 - optional hook, most factors have nothing to shed
         """Called whenever the factor is about to precondition a matrix other than its own: a factor may then give
         up precision that only a direct solve of its own matrix needs, for speed."""
@@ -89,7 +95,7 @@ class Factor(ABC):
     ) -> PCGResult:
         """:func:`~flowlearn.engines.pcg.pcg` on ``matrix @ x = rhs`` preconditioned by this factor, with torch's
         threaded products."""
-        return pcg(symmetric_product(matrix), rhs, self.apply, x0, rtol, max_iter)
+        return pcg(symmetric_product(matrix), rhs, self.split, x0, rtol, max_iter)
 
 
 @dataclass

@@ -44,7 +44,7 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from flowlearn.engines.factor import Factor
-from flowlearn.engines.pcg import PCGResult, pcg
+from flowlearn.engines.pcg import PCGResult, pcg, whole
 from flowlearn.engines.trisolve import usable_cores
 
 # The coarsest level is factored densely once it has at most this many nodes.
@@ -158,7 +158,9 @@ class Multigrid(Factor):
 
         start = None if x0 is None else self._scatter(x0).ravel()
         with _kernel_threads(self._threads):
-            result = pcg(product, self._scatter(rhs).ravel(), self._precondition, start, rtol, max_iter)
+            result = pcg(
+                product, self._scatter(rhs).ravel(), whole(self._precondition), start, rtol, max_iter
+            )
         return replace(result, solution=self._gather(result.solution))
 
     def _scatter(self, free: np.ndarray) -> np.ndarray:
