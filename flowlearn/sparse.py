@@ -1,4 +1,4 @@
-"""Products of scipy sparse matrices with vectors on all cores, through torch's CSR kernel."""
+"""Products of scipy sparse matrices with vectors on all cores, through torch's CSR kernel where that pays."""
 
 from __future__ import annotations
 
@@ -9,12 +9,18 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+# Fewest stored entries for which torch's threaded product beats scipy's one-core product. Below, waking torch's
+# threads costs more than the product: on 2 cores scipy is 5x faster at 4k unknowns (20k entries) and 3x at 16k,
+# torch 1.2x faster at 66k (330k entries) and 1.7x at 1M.
+THREADED_ENTRIES = 160_000
+
 
 def csr_product(matrix: sp.csr_matrix) -> Callable[[np.ndarray], np.ndarray]:
-    """``x -> matrix @ x`` for a float64 CSR matrix and x float64 (n,) or (n, k), by torch's CSR kernel on all of
-    torch's threads, reading the matrix's own arrays (no copy). scipy's product runs on one core: on 2 cores torch's
-    is 2x faster at 66k unknowns and 3x at 1M. The index arrays are made int32 where they fit (torch's fast path,
-    twice as fast as int64)."""
+    """``x -> matrix @ x`` for a float64 CSR matrix and x float64 (n,) or (n, k): from ``THREADED_ENTRIES``
+    entries by torch's CSR kernel on all of torch's threads, reading the matrix's own arrays (no copy), with the
+    index arrays made int32 where they fit (torch's fast path, twice as fast as int64); below, by scipy."""
+    if matrix.nnz < THREADED_ENTRIES:
+        return matrix.__matmul__
     index_type = np.int32 if matrix.nnz < 2**31 else np.int64
     indptr, indices = (
         torch.from_numpy(np.asarray(a, dtype=index_type)) for a in (matrix.indptr, matrix.indices)

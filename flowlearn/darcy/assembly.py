@@ -150,8 +150,9 @@ class SystemLayout:
 
     def transmissibilities(self, log_k: np.ndarray) -> np.ndarray:
         """Edge transmissibility T_e, float64 (B, num_edges), from log-conductivity (B, num_nodes), flat image order."""
-        mean = self._edge_mean
-        t = torch.from_numpy(np.stack([mean(sample) for sample in log_k]))
+        means = [self._edge_mean(sample) for sample in log_k]
+        # One sample (the CPU engines assemble per sample): a view, not a 16 MB copy at 1024x1024.
+        t = torch.from_numpy(means[0][None] if len(means) == 1 else np.stack(means))
         return t.exp_().mul_(torch.from_numpy(self.areas_over_lengths)).numpy()
 
     @cached_property

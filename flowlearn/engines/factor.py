@@ -350,7 +350,10 @@ def _start(matrix: sp.csc_matrix, rhs: np.ndarray, solutions: list[np.ndarray]) 
         return solutions[-1] if solutions else None
     product = symmetric_product(matrix)
     images = [product(x) for x in solutions]
-    gram = np.array([[x @ image for image in images] for x in solutions])
+    gram = np.empty((len(solutions), len(solutions)))
+    for i, x in enumerate(solutions):  # symmetric, like A
+        for j in range(i, len(solutions)):
+            gram[i, j] = gram[j, i] = x @ images[j]
     # Successive solutions are nearly parallel: a least-squares solve with a cut-off keeps the Gram system sane.
     coefficients = np.linalg.lstsq(gram, np.array([x @ rhs for x in solutions]), rcond=1e-13)[0]
     start = coefficients[0] * solutions[0]

@@ -196,10 +196,14 @@ _U = np.uint64
 
 
 @njit(nogil=True, fastmath=True, cache=True)
-def _forward(indptr, indices, values, supernodes, order, direct_rows, top_position, x, top_sums, below):
-    """Solve the unit lower triangle of L in place on x for the supernodes ``order``, ascending.
+def _forward(
+    indptr, indices, values, supernodes, order, direct_rows, top_position, inverse_pivots, x, top_sums, below
+):  # fmt: skip
+    """Solve the unit lower triangle of L in place on x for the supernodes ``order``, ascending, and return their
+    share of ``y . D^{-1} y`` (each column's y is final when its turn comes: the energy costs no pass of its own).
 
     Updates of rows past ``direct_rows`` go to ``top_sums`` (indexed by ``top_position``) instead of x."""
+    energy = 0.0
     for position in range(order.size):
         q = _U(order[position])
         start, stop = _U(supernodes[q]), _U(supernodes[q + _U(1)])
@@ -207,6 +211,7 @@ def _forward(indptr, indices, values, supernodes, order, direct_rows, top_positi
         m, split = end - first, _U(direct_rows[q])
         if stop - start == _U(1):  # most supernodes are single columns: scatter straight from the column
             xc = x[start]
+            energy += xc * xc * inverse_pivots[start]
             for k in range(first, first + split):
                 x[_U(indices[k])] -= values[k] * xc
             for k in range(first + split, end):
@@ -214,6 +219,7 @@ def _forward(indptr, indices, values, supernodes, order, direct_rows, top_positi
             continue
         for c in range(start, stop):  # the dense triangle inside the supernode
             inside, xc = _U(indptr[c]) + _U(1), x[c]
+            energy += xc * xc * inverse_pivots[c]
             for k in range(stop - c - _U(1)):
                 x[c + _U(1) + k] -= values[inside + k] * xc
         if m == 0:
@@ -228,6 +234,7 @@ def _forward(indptr, indices, values, supernodes, order, direct_rows, top_positi
             x[_U(indices[first + i])] -= below[i]
         for i in range(split, m):
             top_sums[_U(top_position[_U(indices[first + i])])] -= below[i]
+    return energy
 
 
 @njit(nogil=True, fastmath=True, cache=True)
@@ -257,15 +264,6 @@ def _backward(indptr, indices, values, supernodes, order, inverse_pivots, x, bel
             for i in range(m):
                 total += values[column + i] * below[i]
             x[c] = x[c] * inverse_pivots[c] - total
-
-
-@njit(nogil=True, fastmath=True, cache=True)
-def _energy(y, inverse_pivots):
-    """y . D^{-1} y."""
-    total = 0.0
-    for i in range(y.size):
-        total += y[i] * y[i] * inverse_pivots[i]
-    return total
 
 
 @njit(nogil=True, cache=True)
@@ -374,9 +372,19 @@ class TreeSolver:
         top_sums = np.zeros((plan.tasks, plan.top_columns.size))
         # Per task, scratch for the rows below a supernode.
         below = np.empty((max(plan.tasks, 1), plan.widest))
+        energies = np.zeros(max(plan.tasks, 1))  # each task's share of y . D^{-1} y
 
         def forward(task: int, order: np.ndarray, sums: np.ndarray) -> None:
-            _forward(*pattern, order, plan.direct_rows, plan.top_position, x, sums, below[task])
+            energies[task] += _forward(
+                *pattern,
+                order,
+                plan.direct_rows,
+                plan.top_position,
+                self._inverse_pivots,
+                x,
+                sums,
+                below[task],
+            )
 
         def backward(task: int, order: np.ndarray) -> None:
             _backward(*pattern, order, self._inverse_pivots, x, below[task])
@@ -392,7 +400,7 @@ class TreeSolver:
             self._permute(_scatter, x, solution)
             return solution
 
-        return _energy(x, self._inverse_pivots), rest
+        return float(energies.sum()), rest
 
     def _permute(self, kernel, source: np.ndarray, out: np.ndarray) -> None:
         """Run a permutation kernel on a slice per task: a random access per unknown, which one core does at a
