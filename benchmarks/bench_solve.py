@@ -18,8 +18,8 @@ Tables:
    independent checks of the gradient: a wrapper of CHOLMOD (its symbolic analysis once, a numeric factorisation
    per step, the adjoint through the same factor) and a re-solve every step with scipy's SuperLU (``spsolve`` for
    the forward and again for the adjoint, as a plain adjoint implementation would). A step's cost is also given in
-   SpMV-equivalents: its time over that of one product of its matrix with a vector, the product flowlearn's CG
-   uses (torch's CSR kernel, int32 indices, all threads);
+   SpMV-equivalents: its median time over that of one product of its matrix with a vector, the product flowlearn's
+   CG uses (torch's CSR kernel, int32 indices, all threads), timed between the steps;
 5. one-off solves: the forward solve of a new field with a fresh engine and problem (the problem's set-up and the
    ordering, factorisation or multigrid hierarchy included), against bare CHOLMOD (its default analysis, factorisation, solve), scipy's ``spsolve`` and
    pyamg's Ruge-Stuben AMG as CG preconditioner (to a relative residual of 1e-10), from the assembled matrix.
@@ -144,18 +144,23 @@ class CholmodWrapper:
         return adjoint_gradient(log_k, problem, self.factor, t, rhs)
 
 
-def spmv_seconds(log_k: torch.Tensor, problem: DarcyProblem, repeats: int = 20) -> float:
-    """Median seconds of one product of the system matrix with a vector: the product flowlearn's CG pays
-    (:func:`~flowlearn.engines.pcg.symmetric_product`, torch's CSR kernel with int32 indices on all threads, about
-    twice as fast as with int64 indices and four times scipy's CSC product)."""
-    _, matrix, rhs = assembled(log_k, problem)
-    product = symmetric_product(matrix)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        product(rhs)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+class ProductClock:
+    """Times products of one matrix with a vector, the product flowlearn's CG pays
+    (:func:`~flowlearn.engines.pcg.symmetric_product`: torch's CSR kernel with int32 indices on all threads), when
+    called between the steps of a training loop: a step's cost in products is then a ratio of medians measured
+    side by side, under the same load. (Timed once after the loop, the product's median varied from 2.6 to 4.7
+    ms at 1024x1024 between runs on the 2-core machine, and the step's cost in products from 128 to 214.)"""
+
+    def __init__(self, log_k: torch.Tensor, problem: DarcyProblem) -> None:
+        _, matrix, self._rhs = assembled(log_k, problem)
+        self._product = symmetric_product(matrix)
+        self.seconds: list[float] = []
+
+    def __call__(self, repeats: int = 3) -> None:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self._product(self._rhs)
+            self.seconds.append(time.perf_counter() - start)
 
 
 def one_off(shape: tuple[int, int], repeats: int) -> dict:
@@ -207,9 +212,11 @@ def triangular_solves(shape: tuple[int, int], repeats: int = 15) -> dict:
     return result
 
 
-def training_loop(shape: tuple[int, int], step_fn, steps: int = 50) -> tuple[float, float]:
+def training_loop(
+    shape: tuple[int, int], step_fn, steps: int = 50, between: Callable[[], None] | None = None
+) -> tuple[float, float]:
     """(median, mean) seconds per step of perturb-then-forward+gradient, the way an optimiser moves logK. The mean
-    includes the steps that refactor."""
+    includes the steps that refactor. ``between`` runs after each step, untimed."""
     problem = DarcyProblem.fracture(shape)
     log_k = rough_log_k(shape)
     rng = np.random.default_rng(1)
@@ -220,6 +227,8 @@ def training_loop(shape: tuple[int, int], step_fn, steps: int = 50) -> tuple[flo
         start = time.perf_counter()
         step_fn(log_k, problem)
         times.append(time.perf_counter() - start)
+        if between is not None:
+            between()
     return statistics.median(times), statistics.mean(times)
 
 
@@ -342,7 +351,10 @@ def main() -> None:
         )
         for shape, baseline_steps in [((256, 260), 50), ((1024, 1024), 3)]:
             solver = make_engine()
-            ours, ours_mean = training_loop(shape, functools.partial(forward_and_gradient, solver=solver))
+            products = ProductClock(rough_log_k(shape), DarcyProblem.fracture(shape))
+            ours, ours_mean = training_loop(
+                shape, functools.partial(forward_and_gradient, solver=solver), between=products
+            )
             wrapper, _ = training_loop(shape, CholmodWrapper(), steps=max(baseline_steps, 8))
             superlu, _ = training_loop(shape, superlu_forward_and_gradient, steps=baseline_steps)
             problem = DarcyProblem.fracture(shape)
@@ -360,7 +372,7 @@ def main() -> None:
                 f"{1e3 * superlu:.1f}",
                 f"{wrapper / ours:.2f}x",
                 f"{superlu / ours:.1f}x",
-                f"{ours / spmv_seconds(log_k, problem):.0f}",
+                f"{ours / statistics.median(products.seconds):.0f}",
                 f"{difference:.1e}",
             )
 
