@@ -8,22 +8,23 @@ does not load numba.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, parallel=True, cache=True)
 def fill_matrix(transmissibility, row_a, row_b, entry_source, num_free, data):  # pragma: no cover - compiled
     """Write the entries of A (see :mod:`flowlearn.darcy.assembly`) in storage order into ``data`` (nnz,).
 
     transmissibility: float64 (num_edges,), free-free edges first; row_a: (num_edges,) row of every edge's free end;
     row_b: (num_free_edges,) row of the other end; entry_source: (nnz,) per stored entry, its row where it is a
-    diagonal entry, else num_free + its edge."""
+    diagonal entry, else num_free + its edge. The diagonal's sums run on one core (two edges may share a row), the
+    writes of the entries on all."""
     diagonal = np.zeros(num_free)
     for e in range(row_a.size):
         diagonal[row_a[e]] += transmissibility[e]
     for e in range(row_b.size):
         diagonal[row_b[e]] += transmissibility[e]
-    for k in range(entry_source.size):
+    for k in prange(entry_source.size):
         source = entry_source[k]
         data[k] = diagonal[source] if source < num_free else -transmissibility[source - num_free]
 

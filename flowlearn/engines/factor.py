@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 import torch
-from numba import njit
+from numba import njit, prange
 from scipy.linalg.blas import daxpy
 from threadpoolctl import ThreadpoolController
 
@@ -374,15 +374,21 @@ def _single_threaded_blas():
     return _blas_controller().limit(limits=1, user_api="blas")
 
 
-@njit(nogil=True, cache=True, error_model="numpy")
+@njit(nogil=True, parallel=True, cache=True, error_model="numpy")
 def _ratios_within(data, reference, low, high):  # pragma: no cover - compiled
     """Whether low <= data / reference <= high entrywise (not where an old entry was 0: a NaN or inf ratio). One
-    pass that stops at the first entry outside, where numpy's ratio, min and max took three (20 ms at 1024x1024)."""
-    for k in range(data.size):
-        ratio = data[k] / reference[k]
-        if not low <= ratio <= high:
-            return False
-    return True
+    pass on all cores, in chunks that each stop at their first entry outside, where numpy's ratio, min and max
+    took three passes on one (20 ms at 1024x1024)."""
+    chunks = 64
+    size = -(-data.size // chunks)
+    inside = np.ones(chunks, dtype=np.bool_)
+    for chunk in prange(chunks):
+        for k in range(chunk * size, min((chunk + 1) * size, data.size)):
+            ratio = data[k] / reference[k]
+            if not low <= ratio <= high:
+                inside[chunk] = False
+                break
+    return inside.all()
 
 
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:
