@@ -351,14 +351,14 @@ def main() -> None:
         )
         for shape, baseline_steps in [((256, 260), 50), ((1024, 1024), 3)]:
             solver = make_engine()
-            products = ProductClock(rough_log_k(shape), DarcyProblem.fracture(shape))
+            problem = DarcyProblem.fracture(shape)
+            log_k = rough_log_k(shape)
+            products = ProductClock(log_k, problem)
             ours, ours_mean = training_loop(
                 shape, functools.partial(forward_and_gradient, solver=solver), between=products
             )
             wrapper, _ = training_loop(shape, CholmodWrapper(), steps=max(baseline_steps, 8))
             superlu, _ = training_loop(shape, superlu_forward_and_gradient, steps=baseline_steps)
-            problem = DarcyProblem.fracture(shape)
-            log_k = rough_log_k(shape)
             ours_grad = forward_and_gradient(log_k, problem, solver)
             difference = max(
                 ((ours_grad - check).abs().max() / check.abs().max()).item()

@@ -1,8 +1,8 @@
 """Preconditioned conjugate gradients with an energy-norm stopping rule and an honest failure mode.
 
 Two implementations of one algorithm: :func:`pcg` for one system in numpy (updates in place, by one-thread BLAS or,
-on large vectors, by compiled loops on all cores; for the CPU engines) and :func:`batched_pcg` for B systems in lockstep in torch (any device, for the GPU engine). Both stop when
-sqrt(r.M^{-1}r) <= rtol * sqrt(b.x) -- for M close to A the relative error in the energy norm -- confirmed on the
+on large vectors, by compiled loops on all cores; for the CPU engines) and :func:`batched_pcg` for B systems in
+lockstep in torch (any device, for the GPU engine). Both stop when sqrt(r.M^{-1}r) <= rtol * sqrt(b.x) -- for M close to A the relative error in the energy norm -- confirmed on the
 true residual b - A x, and report a miss instead of returning silently.
 """
 
@@ -83,14 +83,13 @@ def pcg(
     rhs = np.asarray(rhs, dtype=np.float64)
     if not np.any(rhs):
         return PCGResult(np.zeros_like(rhs), 0, True, 0.0)
-    # Vectors are updated in place through BLAS: on large grids, temporaries cost as much as the arithmetic.
-    x = np.zeros_like(rhs) if x0 is None else np.array(x0, dtype=np.float64)  # a contiguous copy, for BLAS
+    # Vectors are updated in place: on large grids, temporaries cost as much as the arithmetic.
+    x = np.zeros_like(rhs) if x0 is None else np.array(x0, dtype=np.float64)  # a contiguous copy
     r = rhs - product(x)
     rz, rest = precondition(r)
     rz_previous = rz
     p = None  # the search direction; None until the first step, and again after a restart
     estimate = np.inf
-    # Vectors of a few L3 caches' worth or more are updated on all cores.
     vectors = _ThreadedVectors if rhs.size >= THREADED_SIZE else _BlasVectors
     scale = abs(float(rhs @ x))
     for iteration in range(max_iter + 1):
