@@ -55,7 +55,7 @@ from flowlearn import DarcyProblem, solve_pressure
 from flowlearn.engines import Engine, make_engine
 from flowlearn.engines.cholmod import CholmodEngine
 from flowlearn.engines.pcg import symmetric_product
-from flowlearn.engines.trisolve import usable_cores
+from flowlearn.threads import usable_cores
 
 GRIDS = {
     "64": (64, 64),

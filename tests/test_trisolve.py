@@ -11,8 +11,8 @@ from flowlearn.engines.trisolve import (
     _is_postordered,
     ldl_from_cholesky,
     plan_tree,
-    usable_cores,
 )
+from flowlearn.threads import usable_cores
 
 pytestmark = pytest.mark.skipif(not cholmod_available(), reason="scikit-sparse is not installed")
 

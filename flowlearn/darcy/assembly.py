@@ -169,9 +169,11 @@ class SystemLayout:
     def matrix(self, transmissibility: np.ndarray) -> sp.csc_matrix:
         """The SPD free-node matrix A (num_free, num_free) for one sample's T (num_edges,)."""
         from flowlearn.darcy.kernels import fill_matrix
+        from flowlearn.threads import kernel_threads
 
         data = np.empty(self.nnz)
-        fill_matrix(transmissibility, self.row_a, self.row_b, self._entry_source, self.num_free, data)
+        with kernel_threads(self.nnz):
+            fill_matrix(transmissibility, self.row_a, self.row_b, self._entry_source, self.num_free, data)
         return sp.csc_matrix((data, self.indices, self.indptr), shape=(self.num_free, self.num_free))
 
     def rhs(self, transmissibility: np.ndarray, heads: np.ndarray, sources: np.ndarray) -> np.ndarray:

@@ -11,8 +11,9 @@ import scipy.sparse as sp
 
 from flowlearn.engines import cholmod_available
 from flowlearn.engines.factor import Factor, FactorEngine
-from flowlearn.engines.trisolve import TreePlan, TreeSolver, ldl_from_cholesky, plan_tree, usable_cores
+from flowlearn.engines.trisolve import TreePlan, TreeSolver, ldl_from_cholesky, plan_tree
 from flowlearn.errors import SolutionError, UnavailableError
+from flowlearn.threads import usable_cores
 
 
 class _CholmodFactor(Factor):

@@ -50,6 +50,7 @@ from threadpoolctl import ThreadpoolController
 from flowlearn.engines.base import Engine
 from flowlearn.engines.pcg import PCGResult, pcg, symmetric_product, whole
 from flowlearn.errors import ConvergenceError
+from flowlearn.threads import kernel_threads
 
 # Earlier solutions per role and batch slot whose span CG starts in (see _start).
 START_BASIS = 3
@@ -276,7 +277,11 @@ class FactorEngine(Engine):
         """Whether ``data`` is near enough to the slot's factored matrix for its factor to precondition CG."""
         if entry.closeness is None or entry.closeness[0] is not data:
             reference, change = entry.factored_data, self.max_change
-            close = data.size == reference.size and _ratios_within(data, reference, 1 - change, 1 + change)
+            if data.size != reference.size:
+                close = False
+            else:
+                with kernel_threads(data.size):
+                    close = _ratios_within(data, reference, 1 - change, 1 + change)
             entry.closeness = (data, close)
         return entry.closeness[1]
 

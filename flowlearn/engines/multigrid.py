@@ -32,12 +32,9 @@ memory, and CG itself runs in float64.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-import numba
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
@@ -45,16 +42,12 @@ from numba import njit, prange
 
 from flowlearn.engines.factor import Factor
 from flowlearn.engines.pcg import PCGResult, pcg, whole
-from flowlearn.engines.trisolve import usable_cores
+from flowlearn.threads import kernel_threads
 
 # The coarsest level is factored densely once it has at most this many nodes.
 COARSEST = 400
 # CG iterations after which the engine factors instead (CG needs 20-30 to reach 1e-11 on fracture grids).
 GIVE_WAY_AFTER = 100
-# Fewest unknowns for which the kernels share their rows among the cores. Below, a grid's rows are too short to
-# pay for waking the threads at every kernel. On 2 cores CG is 1.45x faster at 66k unknowns (35 against 51 ms at
-# 256x260), 1.1x at 16k and level at 4k.
-PARALLEL_UNKNOWNS = 10_000
 # Power iterations estimating rho(D^{-1} A) on each level.
 POWER_ITERATIONS = 15
 # Forward neighbours (row offset, column offset) in the order of the couplings array.
@@ -117,11 +110,6 @@ class Multigrid(Factor):
     give_way_after = GIVE_WAY_AFTER
 
     def __init__(self, matrix: sp.csc_matrix, pixels: np.ndarray, shape: tuple[int, int]) -> None:
-        self._threads = usable_cores() if pixels.size >= PARALLEL_UNKNOWNS else 1
-        with _kernel_threads(self._threads):
-            self._build(matrix, pixels, shape)
-
-    def _build(self, matrix: sp.csc_matrix, pixels: np.ndarray, shape: tuple[int, int]) -> None:
         height, width = shape
         rows, cols = (x + 1 for x in np.divmod(pixels.astype(np.int64), width))
         # Flat index of each free node in the padded arrays: scatter and gather with one index.
@@ -131,9 +119,11 @@ class Multigrid(Factor):
         _fill_finest(matrix.indptr, matrix.indices, matrix.data, rows, cols, diagonal, couplings)
         kept = np.zeros((height + 2, width + 2), dtype=bool)
         kept[rows, cols] = True
-        self.levels = [_level(diagonal, couplings, kept, colours=2)]
+        with kernel_threads(diagonal.size):
+            self.levels = [_level(diagonal, couplings, kept, colours=2)]
         while self.levels[-1].kept[1:-1, 1:-1].size > COARSEST:
-            self.levels.append(_coarsen(self.levels[-1]))
+            with kernel_threads(self.levels[-1].diagonal.size):  # the work is the finer level's
+                self.levels.append(_coarsen(self.levels[-1]))
         coarsest = scipy.linalg.cho_factor(_dense(self.levels[-1]))
         self._coarsest_inverse = scipy.linalg.cho_solve(coarsest, np.eye(coarsest[0].shape[0]))
         self._cycle_levels = [level.single() for level in self.levels]
@@ -157,7 +147,7 @@ class Multigrid(Factor):
             return -image.ravel()
 
         start = None if x0 is None else self._scatter(x0).ravel()
-        with _kernel_threads(self._threads):
+        with kernel_threads(zeros.size):
             result = pcg(
                 product, self._scatter(rhs).ravel(), whole(self._precondition), start, rtol, max_iter
             )
@@ -185,24 +175,17 @@ class Multigrid(Factor):
         if depth == len(self.levels) - 1:
             x[1:-1, 1:-1] = (self._coarsest_inverse @ b[1:-1, 1:-1].ravel()).reshape(level.shape)
             return x
-        _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, True)
-        residual = np.zeros_like(b)
-        _residual(level.diagonal, level.couplings, b, x, residual)
-        coarse_x = self._cycle(depth + 1, _restrict(level, residual))
-        _prolong_add(level.diagonal, level.couplings, level.omega, coarse_x, level.scratch, x)
-        _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, False)
+        # Each level on the threads its size is worth: the coarse ones are too small to pay for waking any.
+        with kernel_threads(b.size):
+            _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, True)
+            residual = np.zeros_like(b)
+            _residual(level.diagonal, level.couplings, b, x, residual)
+            coarse_b = _restrict(level, residual)
+        coarse_x = self._cycle(depth + 1, coarse_b)
+        with kernel_threads(b.size):
+            _prolong_add(level.diagonal, level.couplings, level.omega, coarse_x, level.scratch, x)
+            _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, False)
         return x
-
-
-@contextmanager
-def _kernel_threads(threads: int) -> Iterator[None]:
-    """numba's thread count for the kernels called within (numba keeps it per calling thread)."""
-    previous = numba.get_num_threads()
-    numba.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(previous)
 
 
 def _level(diagonal: np.ndarray, couplings: np.ndarray, kept: np.ndarray, colours: int) -> _Level:

@@ -64,11 +64,6 @@ class TreePlan:
         return len(self.task_supernodes)
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask, not the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def plan_tree(factor: sp.csc_matrix, tasks: int) -> TreePlan:
     """Share the columns of a postordered factor (CSC, sorted rows, diagonal first) among ``tasks`` tasks."""
     indptr = factor.indptr.astype(np.int64)
