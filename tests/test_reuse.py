@@ -3,12 +3,14 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 import torch
 from conftest import DIRECT_BACKENDS
 
 from flowlearn import ConvergenceError, DarcyProblem, solve_pressure
 from flowlearn.engines import cholmod_available, make_engine
 from flowlearn.engines import pcg as pcg_module
+from flowlearn.engines.factor import _start
 from flowlearn.engines.pcg import pcg, symmetric_product, whole
 from flowlearn.sparse import THREADED_ENTRIES
 
@@ -131,6 +133,29 @@ def test_pcg_reaches_the_energy_norm_tolerance_and_reports_failure(threaded, mon
         symmetric_product(laplacian), rhs, whole(lambda r: jacobi * r), None, rtol=1e-12, max_iter=3
     )
     assert not stalled.converged and stalled.iterations == 3
+
+
+def test_the_starting_guess_brings_its_image_and_cg_skips_that_product():
+    rng = np.random.default_rng(8)
+    n = 200
+    matrix = sp.diags([-np.ones(n - 1), 2.0 + rng.random(n), -np.ones(n - 1)], [-1, 0, 1], format="csc")
+    rhs = rng.normal(size=n)
+    earlier = [spla.spsolve(matrix, rhs + 0.01 * k * rng.normal(size=n)) for k in range(1, 4)]
+    start, image = _start(matrix, rhs, earlier)
+    np.testing.assert_allclose(image, matrix @ start, rtol=0, atol=1e-12 * np.abs(image).max())
+    calls = []
+
+    def counted(x):
+        calls.append(1)
+        return matrix @ x
+
+    jacobi = whole(lambda r: r / matrix.diagonal())
+    given = pcg(counted, rhs, jacobi, start, rtol=1e-12, max_iter=1000, x0_image=image)
+    calls_given = len(calls)
+    computed = pcg(counted, rhs, jacobi, start, rtol=1e-12, max_iter=1000)
+    assert given.converged and given.iterations == computed.iterations
+    assert len(calls) - calls_given == calls_given + 1  # the first residual's product, saved
+    np.testing.assert_allclose(given.solution, spla.spsolve(matrix, rhs), rtol=1e-9)
 
 
 def test_pcg_tests_convergence_before_the_second_half_of_a_split_preconditioner():

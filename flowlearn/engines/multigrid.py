@@ -132,7 +132,13 @@ class Multigrid(Factor):
         return self._gather(self._precondition(self._scatter(rhs)))
 
     def cg(
-        self, matrix: sp.csc_matrix, rhs: np.ndarray, x0: np.ndarray | None, rtol: float, max_iter: int
+        self,
+        matrix: sp.csc_matrix,
+        rhs: np.ndarray,
+        x0: np.ndarray | None,
+        rtol: float,
+        max_iter: int,
+        x0_image: np.ndarray | None = None,
     ) -> PCGResult:
         """CG on the padded image rather than on the free nodes (``matrix`` is the one the hierarchy was built
         from): the product is then the finest stencil and the cycle needs no scatter or gather. Placeholders keep
@@ -146,10 +152,16 @@ class Multigrid(Factor):
             _residual(finest.diagonal, finest.couplings, zeros, x.reshape(zeros.shape), image)  # 0 - A x
             return -image.ravel()
 
-        start = None if x0 is None else self._scatter(x0).ravel()
+        start, start_image = (None if x is None else self._scatter(x).ravel() for x in (x0, x0_image))
         with kernel_threads(zeros.size):
             result = pcg(
-                product, self._scatter(rhs).ravel(), whole(self._precondition), start, rtol, max_iter
+                product,
+                self._scatter(rhs).ravel(),
+                whole(self._precondition),
+                start,
+                rtol,
+                max_iter,
+                start_image,
             )
         return replace(result, solution=self._gather(result.solution))
 

@@ -64,6 +64,7 @@ def pcg(
     x0: np.ndarray | None,
     rtol: float,
     max_iter: int,
+    x0_image: np.ndarray | None = None,
 ) -> PCGResult:
     """Solve the SPD system ``A x = rhs`` by CG preconditioned with ``precondition`` (~ A^{-1}).
 
@@ -79,13 +80,14 @@ def pcg(
         x0: starting guess (n,), or None for zero.
         rtol: relative tolerance on the energy-norm error.
         max_iter: iteration limit; hitting it returns ``converged=False``, never a silent answer.
+        x0_image: ``A x0`` where the caller has it already (a product saved), else None.
     """
     rhs = np.asarray(rhs, dtype=np.float64)
     if not np.any(rhs):
         return PCGResult(np.zeros_like(rhs), 0, True, 0.0)
     # Vectors are updated in place: on large grids, temporaries cost as much as the arithmetic.
     x = np.zeros_like(rhs) if x0 is None else np.array(x0, dtype=np.float64)  # a contiguous copy
-    r = rhs - product(x)
+    r = rhs - (product(x) if x0_image is None else x0_image)
     rz, rest = precondition(r)
     rz_previous = rz
     p = None  # the search direction; None until the first step, and again after a restart
