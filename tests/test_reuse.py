@@ -7,7 +7,7 @@ import scipy.sparse.linalg as spla
 import torch
 from conftest import DIRECT_BACKENDS
 
-from flowlearn import ConvergenceError, DarcyProblem, solve_pressure
+from flowlearn import ConvergenceError, DarcyProblem, solve_pressure, threads
 from flowlearn.engines import cholmod_available, make_engine
 from flowlearn.engines import pcg as pcg_module
 from flowlearn.engines.factor import _start
@@ -135,7 +135,11 @@ def test_pcg_reaches_the_energy_norm_tolerance_and_reports_failure(threaded, mon
     assert not stalled.converged and stalled.iterations == 3
 
 
-def test_the_starting_guess_brings_its_image_and_cg_skips_that_product():
+@pytest.mark.parametrize("threaded", [False, True])
+def test_the_starting_guess_brings_its_image_and_cg_skips_that_product(threaded, monkeypatch):
+    monkeypatch.setattr(
+        threads, "PARALLEL_ITEMS", 0 if threaded else 10**12
+    )  # the kernels' loops shared or not
     rng = np.random.default_rng(8)
     n = 200
     matrix = sp.diags([-np.ones(n - 1), 2.0 + rng.random(n), -np.ones(n - 1)], [-1, 0, 1], format="csc")
@@ -143,6 +147,13 @@ def test_the_starting_guess_brings_its_image_and_cg_skips_that_product():
     earlier = [spla.spsolve(matrix, rhs + 0.01 * k * rng.normal(size=n)) for k in range(1, 4)]
     start, image = _start(matrix, rhs, earlier)
     np.testing.assert_allclose(image, matrix @ start, rtol=0, atol=1e-12 * np.abs(image).max())
+    # The Galerkin condition: the residual of the best combination is orthogonal to every earlier solution.
+    residual = rhs - matrix @ start
+    for x in earlier:
+        assert abs(x @ residual) <= 1e-9 * np.linalg.norm(x) * np.linalg.norm(rhs)
+    assert np.sqrt(residual @ spla.spsolve(matrix, residual)) < np.sqrt(
+        (rhs - matrix @ earlier[-1]) @ spla.spsolve(matrix, rhs - matrix @ earlier[-1])
+    )  # nearer in the energy norm than the last solution alone
     calls = []
 
     def counted(x):

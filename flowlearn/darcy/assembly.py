@@ -173,7 +173,15 @@ class SystemLayout:
 
         data = np.empty(self.nnz)
         with kernel_threads(self.nnz):
-            fill_matrix(transmissibility, self.row_a, self.row_b, self._entry_source, self.num_free, data)
+            fill_matrix(
+                transmissibility,
+                self.row_a,
+                self.num_free_edges,
+                self.indptr,
+                self._entry_source,
+                self.num_free,
+                data,
+            )
         return sp.csc_matrix((data, self.indices, self.indptr), shape=(self.num_free, self.num_free))
 
     def rhs(self, transmissibility: np.ndarray, heads: np.ndarray, sources: np.ndarray) -> np.ndarray:

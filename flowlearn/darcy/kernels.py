@@ -12,21 +12,30 @@ from numba import njit, prange
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def fill_matrix(transmissibility, row_a, row_b, entry_source, num_free, data):  # pragma: no cover - compiled
+def fill_matrix(
+    transmissibility, row_a, num_free_edges, indptr, entry_source, num_free, data
+):  # pragma: no cover
     """Write the entries of A (see :mod:`flowlearn.darcy.assembly`) in storage order into ``data`` (nnz,).
 
     transmissibility: float64 (num_edges,), free-free edges first; row_a: (num_edges,) row of every edge's free end;
-    row_b: (num_free_edges,) row of the other end; entry_source: (nnz,) per stored entry, its row where it is a
-    diagonal entry, else num_free + its edge. The diagonal's sums run on one core (two edges may share a row), the
-    writes of the entries on all."""
-    diagonal = np.zeros(num_free)
-    for e in range(row_a.size):
-        diagonal[row_a[e]] += transmissibility[e]
-    for e in range(row_b.size):
-        diagonal[row_b[e]] += transmissibility[e]
-    for k in prange(entry_source.size):
-        source = entry_source[k]
-        data[k] = diagonal[source] if source < num_free else -transmissibility[source - num_free]
+    indptr: (num_free+1,) the CSC column pointers; entry_source: (nnz,) per stored entry, its row where it is a
+    diagonal entry, else num_free + its edge. A column holds its row's free-free edges, so each diagonal entry is
+    summed from its own column's entries, column by column on the threads the caller gives numba
+    (:func:`flowlearn.threads.kernel_threads`); only the few free-Dirichlet edges are summed on one core first."""
+    boundary = np.zeros(num_free)
+    for e in range(num_free_edges, row_a.size):
+        boundary[row_a[e]] += transmissibility[e]
+    for column in prange(num_free):
+        total, diagonal_at = boundary[column], indptr[column]
+        for k in range(indptr[column], indptr[column + 1]):
+            source = entry_source[k]
+            if source < num_free:
+                diagonal_at = k
+            else:
+                coupling = transmissibility[source - num_free]
+                data[k] = -coupling
+                total += coupling
+        data[diagonal_at] = total
 
 
 @njit(nogil=True, fastmath=True, cache=True)

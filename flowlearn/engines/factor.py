@@ -15,7 +15,7 @@ chooses per solve:
   preconditioner, and it costs a few triangular solves instead of a new factorisation;
 * otherwise, on a 2D grid of at least ``multigrid_unknowns`` free nodes, a matrix that nothing suggests will be
   reused (a one-off solve, the first of a run) -> CG preconditioned by a smoothed-aggregation multigrid
-  hierarchy (:mod:`~flowlearn.engines.multigrid`), 1.5-2.4x faster than CHOLMOD's analysis, factorisation and
+  hierarchy (:mod:`~flowlearn.engines.multigrid`), 1.6-3.4x faster than CHOLMOD's analysis, factorisation and
   solve at 256x260 to 1024x1024; the adjoint of the same matrix reuses the hierarchy. Should CG stall, a
   factorisation takes over, and so it does when the matrix comes back with a third new right-hand side (a
   Gauss–Newton step solves one matrix twice per inner iteration): direct solves then cost a fraction of
@@ -44,7 +44,6 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from numba import njit, prange
-from scipy.linalg.blas import daxpy
 from threadpoolctl import ThreadpoolController
 
 from flowlearn.engines.base import Engine
@@ -364,18 +363,57 @@ def _start(
     if len(solutions) < 2:
         return (solutions[-1] if solutions else None), None
     product = symmetric_product(matrix)
-    images = [product(x) for x in solutions]
-    gram = np.empty((len(solutions), len(solutions)))
-    for i, x in enumerate(solutions):  # symmetric, like A
-        for j in range(i, len(solutions)):
-            gram[i, j] = gram[j, i] = x @ images[j]
-    # Successive solutions are nearly parallel: a least-squares solve with a cut-off keeps the Gram system sane.
-    coefficients = np.linalg.lstsq(gram, np.array([x @ rhs for x in solutions]), rcond=1e-13)[0]
-    start, image = coefficients[0] * solutions[0], coefficients[0] * images[0]
-    for c, x, ax in zip(coefficients[1:], solutions[1:], images[1:]):
-        daxpy(x, start, a=c)
-        daxpy(ax, image, a=c)
+    solutions, images = tuple(solutions), tuple(product(x) for x in solutions)
+    with kernel_threads(rhs.size):
+        gram, projections = _galerkin_system(solutions, images, rhs)
+        # Successive solutions are nearly parallel: a least-squares solve with a cut-off keeps the system sane.
+        coefficients = np.linalg.lstsq(gram, projections, rcond=1e-13)[0]
+        start, image = np.empty_like(rhs), np.empty_like(rhs)
+        _combine(coefficients, solutions, start)
+        _combine(coefficients, images, image)
     return start, image
+
+
+# Chunks of the vectors that _galerkin_system takes in turn: at 1024x1024 each chunk of its seven vectors fits in
+# a core's cache, so its dot products read memory once.
+_CHUNKS = 64
+
+
+@njit(nogil=True, parallel=True, fastmath=True, cache=True)
+def _galerkin_system(solutions, images, rhs):  # pragma: no cover - compiled
+    """(G, g) of :func:`_start`, G_ij = x_i·A x_j (m, m) and g_i = x_i·b (m,), from a tuple of m solutions x_i, their
+    images A x_i and b, float64 (n,) each. Chunk by chunk on the caller's numba threads, every dot product of a
+    chunk while it is in cache: one pass through memory, where the nine dot products of three solutions each
+    streamed two vectors."""
+    m, n = len(solutions), rhs.size
+    size = -(-n // _CHUNKS)
+    partial = np.zeros((_CHUNKS, m, m + 1))
+    for chunk in prange(_CHUNKS):
+        low, high = chunk * size, min((chunk + 1) * size, n)
+        for i in range(m):
+            for j in range(i, m + 1):  # the upper triangle (G is symmetric, like A), then g in column m
+                other = rhs if j == m else images[j]
+                total = 0.0
+                for k in range(low, high):
+                    total += solutions[i][k] * other[k]
+                partial[chunk, i, j] = total
+    summed = partial.sum(axis=0)
+    gram = np.empty((m, m))
+    for i in range(m):
+        for j in range(i, m):
+            gram[i, j] = gram[j, i] = summed[i, j]
+    return gram, summed[:, m].copy()
+
+
+@njit(nogil=True, parallel=True, fastmath=True, cache=True)
+def _combine(coefficients, vectors, out):  # pragma: no cover - compiled
+    """out = sum_i coefficients[i] vectors[i] (a tuple of float64 (n,)), in one pass on the caller's numba
+    threads."""
+    for k in prange(out.size):
+        total = 0.0
+        for i in range(len(vectors)):
+            total += coefficients[i] * vectors[i][k]
+        out[k] = total
 
 
 @cache
@@ -393,8 +431,8 @@ def _single_threaded_blas():
 @njit(nogil=True, parallel=True, cache=True, error_model="numpy")
 def _ratios_within(data, reference, low, high):  # pragma: no cover - compiled
     """Whether low <= data / reference <= high entrywise (not where an old entry was 0: a NaN or inf ratio). One
-    pass on all cores, in chunks that each stop at their first entry outside, where numpy's ratio, min and max
-    took three passes on one (20 ms at 1024x1024)."""
+    pass on the caller's numba threads, in chunks that each stop at their first entry outside, where numpy's
+    ratio, min and max took three passes on one core (20 ms at 1024x1024)."""
     chunks = 64
     size = -(-data.size // chunks)
     inside = np.ones(chunks, dtype=np.bool_)
