@@ -192,9 +192,7 @@ class Multigrid(Factor):
             _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, True)
             residual = np.zeros_like(b)
             _residual(level.diagonal, level.couplings, b, x, residual)
-            coarse_b = _restrict(level, residual)
-        coarse_x = self._cycle(depth + 1, coarse_b)
-        with kernel_threads(b.size):
+            coarse_x = self._cycle(depth + 1, _restrict(level, residual))
             _prolong_add(level.diagonal, level.couplings, level.omega, coarse_x, level.scratch, x)
             _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, False)
         return x
