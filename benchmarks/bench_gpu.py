@@ -1,7 +1,7 @@
 """GPU benchmark of the differentiable pressure solve, side by side with the CPU backend; prints markdown tables.
 
     python benchmarks/bench_gpu.py                      # everything; CPU columns up to 2048x2048
-    python benchmarks/bench_gpu.py --cpu-max 1024       # CPU columns only up to 1024x1024 (2048^2 takes minutes)
+    python benchmarks/bench_gpu.py --cpu-max 1024       # CPU columns only up to 1024x1024
     python benchmarks/bench_gpu.py --sizes 256 1024     # a subset of the grid sizes
     python benchmarks/bench_gpu.py --threads 1          # one torch CPU thread (steadier on a shared machine)
     python benchmarks/bench_gpu.py --tables pcg lbm     # some of the tables below
@@ -18,37 +18,42 @@ Tables:
 3. the GPU's iterative solves against its direct one, per grid size: the training-like step's time and CG
    iterations per solve with the Jacobi preconditioner and with the cuDSS factor of the run's first matrix
    (``preconditioner="factor"``), beside the direct method's step;
-4. the LBM generator (lbmpy) on the GPU and on the CPU: million lattice-cell updates per second (MLUPS) for a
-   fracture of the default recipe at 256x256 (``--lbm-size``), both runs stopped after the same steps, and how far apart their
-   pressure fields end.
+4. the LBM generator (lbmpy) on the GPU and on the CPU: converged fractures of ``flowlearn generate``'s default
+   recipe, the time step's build, seconds and steps per fracture, million lattice-cell updates per second (MLUPS),
+   fractures per hour of a long generation (the step reused), and how far apart the two devices' pressures end.
 
-Without a CUDA device the GPU columns say so and the CPU columns still run. Times are medians of a few repeats.
+Without a CUDA device (or without cuDSS) the GPU columns say why and the CPU columns still run; the LBM's GPU row
+needs cupy alone. The Jacobi column stops at ``--jacobi-max`` and ``--jacobi-max-iter``: its iterations grow with
+the grid's side. Times are medians of a few repeats.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
 from fields import loss_of, rough_log_k
 
 from flowlearn import DarcyProblem, solve_pressure
+from flowlearn.data import lbm
 from flowlearn.data.generate import DatasetConfig, generate_fracture
-from flowlearn.data.lbm import LBMSettings
+from flowlearn.data.lbm import DEPTH_QUANTUM, voxelize
+from flowlearn.data.roughness import rough_fracture
 from flowlearn.engines import make_engine
 from flowlearn.engines.gpu import GPUEngine
 from flowlearn.errors import ConvergenceError, GPUUnavailableError
 
-SIZES = (256, 1024, 2048, 4096)
+SIZES = (256, 512, 1024, 2048, 4096)
+DEFAULT_SIZES = (256, 1024, 2048, 4096)
+PCG_SIZES = (256, 512, 1024, 2048, 4096)
 BATCHES = (1, 8, 64)
 TABLES = ("single", "batch", "pcg", "lbm")
-# The LBM table's runs stop at the second flow-rate check (1 + 2 * LBM_INTERVAL steps): a throughput measurement,
-# the same steps on both devices.
-LBM_INTERVAL = 200
 
 
 def _sync(device: torch.device) -> None:
@@ -149,7 +154,7 @@ def batch_table(repeats: int, use_gpu: bool) -> None:
         print(f"| {batch} | {gpu_cell} | {cpu:,.1f} | {speedup} |", flush=True)
 
 
-def pcg_table(sizes: list[int], repeats: int, jacobi_max: int) -> None:
+def pcg_table(sizes: list[int], repeats: int, jacobi_max: int, jacobi_max_iter: int) -> None:
     print(
         "\n| grid | direct step (s) | Jacobi PCG step (s) | Jacobi iterations/solve | factor PCG step (s) "
         "| factor PCG iterations/solve | refactorisations in the steps |"
@@ -164,7 +169,8 @@ def pcg_table(sizes: list[int], repeats: int, jacobi_max: int) -> None:
             if method == "pcg" and preconditioner == "jacobi" and size > jacobi_max:
                 cells += ["—", "—"]
                 continue
-            solver = GPUEngine(method=method, preconditioner=preconditioner)
+            limit = {"max_iter": jacobi_max_iter} if preconditioner == "jacobi" else {}
+            solver = GPUEngine(method=method, preconditioner=preconditioner, **limit)
             try:
                 step = step_seconds(log_k.to(solver.device), problem, solver, repeats)[1]
             except ConvergenceError:
@@ -180,33 +186,71 @@ def pcg_table(sizes: list[int], repeats: int, jacobi_max: int) -> None:
         print(f"| {size}x{size} | " + " | ".join(cells) + " |", flush=True)
 
 
-def lbm_table(size: int, use_gpu: bool) -> None:
-    config = DatasetConfig(shape=(size, size))
-    params = config.roughness(0)
-    print("\n| LBM (lbmpy D3Q19 TRT) | fracture (voxels) | steps | seconds | MLUPS |")
-    print("|---|---|---|---|---|")
-    pressures = {}
-    for target in ("gpu", "cpu") if use_gpu else ("cpu",):
-        settings = LBMSettings(target=target, tolerance=1.0, check_interval=LBM_INTERVAL)
-        fracture = generate_fracture(params, settings, config.voxel_size, "bench", progress=False)
-        record = fracture.provenance["lbm"]
-        box = "x".join(str(n) for n in fracture.provenance["voxel_box"])
+def _same_box(config: DatasetConfig, count: int) -> list[int]:
+    """The first ``count`` fractures of ``config`` whose LBM box is fracture 0's: one time step serves them all."""
+
+    def depth(index: int) -> int:
+        walls = rough_fracture(config.roughness(index))
+        cells = voxelize(walls.bottom, walls.top).shape[2]
+        return cells + -cells % DEPTH_QUANTUM
+
+    first = depth(0)
+    return [i for i in range(config.count) if depth(i) == first][:count]
+
+
+def lbm_table(count: int, targets: list[str], threads: int | None) -> None:
+    """Converged LBM runs of the default recipe (``flowlearn generate``'s defaults), per device.
+
+    The first fracture builds the lbmpy time step (symbolic derivation and compilation, once per box and process);
+    the next ``count`` fractures share its box and reuse it, as the fractures of a long generation do.
+    """
+    config = DatasetConfig()
+    indices = _same_box(config, count + 1)
+    print(
+        f"\n| LBM (lbmpy D3Q19 TRT), default recipe {config.shape[0]}x{config.shape[1]} | fluid box (voxels) "
+        "| step build (s) | seconds per fracture | steps per fracture | MLUPS | fractures per hour |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    pressures: dict[str, list[np.ndarray]] = {}
+    for target in targets:
+        settings = replace(config.lbm, target=target, threads=threads if target == "cpu" else None)
+        lbm._STEPS.clear()
+        runs = []
+        for index in indices:
+            start = time.perf_counter()
+            fracture = generate_fracture(config.roughness(index), settings, config.voxel_size, "bench", False)
+            runs.append((time.perf_counter() - start, fracture))
+        build = runs[0][0] - statistics.median(seconds for seconds, _ in runs[1:])
+        warm = [seconds for seconds, _ in runs[1:]]
+        records = [fracture.provenance["lbm"] for _, fracture in runs[1:]]
+        steps = statistics.median(record["convergence"]["steps"] for record in records)
+        mlups = statistics.median(record["mlups"] for record in records)
+        box = "x".join(str(n) for n in runs[0][1].provenance["voxel_box"])
+        name = target if target == "gpu" else f"cpu, {threads or os.cpu_count()} threads"
         print(
-            f"| {target} | {box} | {record['convergence']['steps']} | {record['seconds']:.2f} "
-            f"| {record['mlups']:,.0f} |",
+            f"| {name} | {box} | {build:.1f} | {statistics.mean(warm):.2f} | {steps:,.0f} | {mlups:,.0f} "
+            f"| {3600 / statistics.mean(warm):,.0f} |",
             flush=True,
         )
-        pressures[target] = fracture.pressure[fracture.mask]
-    if use_gpu:
-        gap = float(np.max(np.abs(pressures["gpu"] - pressures["cpu"])))
-        print(f"\nLargest difference of the two pressure fields (heads 2 -> 1): {gap:.1e}")
+        pressures[target] = [fracture.pressure[fracture.mask] for _, fracture in runs]
+    if len(pressures) == 2:
+        gap = max(float(np.max(np.abs(a - b))) for a, b in zip(*pressures.values(), strict=True))
+        print(f"\nLargest difference of the two devices' converged pressure fields (heads 2 -> 1): {gap:.1e}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", nargs="*", type=int, default=list(SIZES), choices=SIZES)
+    parser.add_argument("--sizes", nargs="*", type=int, default=list(DEFAULT_SIZES), choices=SIZES)
+    parser.add_argument(
+        "--pcg-sizes",
+        nargs="*",
+        type=int,
+        default=list(PCG_SIZES),
+        choices=SIZES,
+        help="grid sides of the PCG table (default all)",
+    )
     parser.add_argument(
         "--cpu-max", type=int, default=2048, help="largest grid side run on the CPU (default 2048)"
     )
@@ -218,12 +262,28 @@ def main() -> None:
         choices=TABLES,
         help="which tables to print (default all)",
     )
-    parser.add_argument("--lbm-size", type=int, default=256, help="the LBM fracture's side (default 256)")
+    parser.add_argument(
+        "--lbm-count", type=int, default=3, help="LBM fractures timed per device after the first (default 3)"
+    )
+    parser.add_argument(
+        "--lbm-targets",
+        nargs="*",
+        default=["gpu", "cpu"],
+        choices=("gpu", "cpu"),
+        help="devices of the LBM table (default both; gpu only where a GPU is present)",
+    )
+    parser.add_argument("--lbm-threads", type=int, help="OpenMP threads of the CPU LBM (default every core)")
     parser.add_argument(
         "--jacobi-max",
         type=int,
-        default=2048,
-        help="largest grid side of the Jacobi PCG column (default 2048)",
+        default=1024,
+        help="largest grid side of the Jacobi PCG column (default 1024)",
+    )
+    parser.add_argument(
+        "--jacobi-max-iter",
+        type=int,
+        default=20_000,
+        help="Jacobi PCG's iteration limit; a solve that misses it reads 'no convergence' (default 20000)",
     )
     parser.add_argument(
         "--threads",
@@ -235,8 +295,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    use_gpu = gpu_solver() is not None
-    device = torch.cuda.get_device_name() if use_gpu else "no GPU"
+    use_gpu = gpu_solver() is not None  # the solve tables time cuDSS's direct method; says why not
+    cuda = torch.cuda.is_available()
+    lbm_gpu = lbm.pick_target("auto") == "gpu"  # the LBM needs cupy, not cuDSS
+    device = torch.cuda.get_device_name() if cuda else "no GPU"
     print(
         f"torch {torch.__version__}, GPU: {device}, CPU solver {make_engine().name}, "
         f"{torch.get_num_threads()} torch thread(s); CPU columns up to {args.cpu_max}x{args.cpu_max}\n"
@@ -246,9 +308,10 @@ def main() -> None:
     if "batch" in args.tables:
         batch_table(args.repeats, use_gpu)
     if "pcg" in args.tables and use_gpu:
-        pcg_table(args.sizes, args.repeats, args.jacobi_max)
+        pcg_table(args.pcg_sizes, args.repeats, args.jacobi_max, args.jacobi_max_iter)
     if "lbm" in args.tables:
-        lbm_table(args.lbm_size, use_gpu)
+        targets = [t for t in args.lbm_targets if t == "cpu" or lbm_gpu]
+        lbm_table(args.lbm_count, targets, args.lbm_threads)
 
 
 if __name__ == "__main__":

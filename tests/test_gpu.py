@@ -7,6 +7,7 @@ without one.
 """
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from torch.func import jacfwd, jacrev
 
 from flowlearn import ConvergenceError, DarcyProblem, Grid, SolveInputError, solve_pressure
 from flowlearn.engines import get_engine, make_engine
-from flowlearn.engines.gpu import EllPattern, GPUEngine, _load_cudss
+from flowlearn.engines.gpu import EllPattern, GPUEngine, _load_cudss, _threading_layer
 from flowlearn.engines.pcg import batched_pcg
 from flowlearn.errors import GPUUnavailableError
 
@@ -263,6 +264,35 @@ def test_missing_cudss_library_names_the_install_command():
         _load_cudss()
 
 
+def test_cudss_threading_layer_is_the_users_or_the_one_beside_the_loaded_libcudss(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDSS_THREADING_LIB", "/opt/cudss/libcudss_mtlayer_gomp.so.0")
+    assert _threading_layer() == "/opt/cudss/libcudss_mtlayer_gomp.so.0"
+    monkeypatch.delenv("CUDSS_THREADING_LIB")
+    # A shared object named as cuDSS's, loaded by a fresh process, with the layer beside it as the wheel installs it.
+    library = tmp_path / "lib" / "libcudss.so.0"
+    library.parent.mkdir()
+    source = tmp_path / "empty.c"
+    source.write_text("int flowlearn_test_symbol(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    code = (
+        "import ctypes, sys\n"
+        "from flowlearn.engines.gpu import _threading_layer\n"
+        "before = _threading_layer()\n"
+        "ctypes.CDLL(sys.argv[1])\n"
+        "print(before, _threading_layer())\n"
+    )
+
+    def lookup() -> list[str]:
+        return subprocess.run(
+            [sys.executable, "-c", code, str(library)], capture_output=True, text=True, check=True
+        ).stdout.split()
+
+    assert lookup() == ["None", "None"]  # no layer beside it: cuDSS plans on one thread
+    layer = library.parent / "libcudss_mtlayer_gomp.so.0"
+    layer.write_bytes(b"")
+    assert lookup() == ["None", str(layer)]
+
+
 def test_bad_gpu_solver_arguments():
     with pytest.raises(ValueError, match=r"unknown GPU solve method 'lu'"):
         GPUEngine(method="lu")
@@ -477,26 +507,44 @@ def _per_epoch(run_dir: Path, names: tuple[str, ...]) -> dict[str, np.ndarray]:
 @pytest.mark.gpu
 @cudss_only
 @pytest.mark.parametrize("experiment", ["embedded", "paper"])
-def test_training_on_the_gpu_matches_the_cpu_run_epoch_by_epoch(experiment, tmp_path):
+def test_training_on_the_gpu_matches_the_cpu_run_step_by_step(experiment, tmp_path):
     from conftest import EXAMPLE_FRACTURE
+    from step_losses import read_step_losses
     from test_train import run_train
 
     if experiment == "paper":
         if not EXAMPLE_FRACTURE.exists():
             pytest.skip(f"{EXAMPLE_FRACTURE} is not present")
-        # One step per epoch: the epoch losses are the step losses.
         overrides = ["experiment=paper", f"data.path={EXAMPLE_FRACTURE}", "trainer.max_epochs=20"]
         names = ("train/loss",)
     else:
         overrides = ["trainer.max_epochs=3"]
         names = ("train/loss", "val/mse", "val/flow_rate_err")
-    run_train(*overrides, "solver=superlu", run_dir=tmp_path / "cpu")
-    cpu = _per_epoch(tmp_path / "cpu", names)
+    tests = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tests), os.environ.get("PYTHONPATH")])),
+    }
+
+    def train(run: str, *more: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        losses = tmp_path / f"{run}.steps"
+        run_train(
+            *overrides,
+            *more,
+            "+callbacks.step_losses._target_=step_losses.StepLosses",
+            f"+callbacks.step_losses.path={losses}",
+            run_dir=tmp_path / run,
+            env=env,
+        )
+        assert (tmp_path / run / "predictions.h5").is_file()
+        return _per_epoch(tmp_path / run, names), read_step_losses(losses)
+
+    cpu, cpu_steps = train("cpu", "solver=superlu")
+    assert cpu_steps.size >= 20 and np.isfinite(cpu_steps).all()
     # The model on the GPU with the solver; and the model on the CPU, whose solves the module hands to the GPU.
     for run, accelerator in (("gpu", "gpu"), ("gpu_solver", "cpu")):
-        run_train(*overrides, "solver=gpu", f"trainer.accelerator={accelerator}", run_dir=tmp_path / run)
-        gpu = _per_epoch(tmp_path / run, names)
+        gpu, gpu_steps = train(run, "solver=gpu", f"trainer.accelerator={accelerator}")
+        np.testing.assert_allclose(gpu_steps, cpu_steps, rtol=1e-8, err_msg=f"{run}: the steps' losses")
         for name in names:
             assert gpu[name].size == cpu[name].size > 0 and np.isfinite(gpu[name]).all()
             np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-8, err_msg=f"{run}: {name}")
-        assert (tmp_path / run / "predictions.h5").is_file()

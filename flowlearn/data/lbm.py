@@ -246,7 +246,8 @@ def _connected_to_faces(fluid2d: np.ndarray) -> np.ndarray:
     return np.isin(labels, keep[keep > 0])
 
 
-def _pick_target(target: str) -> str:
+def pick_target(target: str) -> str:
+    """Where the LBM runs: "cpu" or "gpu" as asked, and for "auto" the GPU when cupy sees a CUDA device."""
     if target in ("cpu", "gpu"):
         return target
     if target != "auto":
@@ -356,7 +357,7 @@ def simulate(fluid: np.ndarray, settings: LBMSettings | None = None, progress: b
     labels, _ = ndimage.label(active)
     if not np.intersect1d(labels[:, 0], labels[:, -1]).any():
         raise ValueError("no fluid path joins the inlet column to the outlet column; nothing would flow")
-    device = _pick_target(settings.target)
+    device = pick_target(settings.target)
     n = settings.reservoir
     height = fluid.shape[0]
     extra_depth = -fluid.shape[2] % DEPTH_QUANTUM

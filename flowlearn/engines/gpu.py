@@ -33,9 +33,11 @@ CPU path works without any GPU package installed.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -113,6 +115,7 @@ class _CudssFactor:
         # SystemLayout, valid by construction, so torch's invariant checks are skipped.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+            warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
             if batch == 1:
                 matrix = torch.sparse_csr_tensor(
                     crow, col, values[0].clone(), size=(n, n), check_invariants=False
@@ -134,6 +137,7 @@ class _CudssFactor:
             sparse_system_type=advanced.DirectSolverMatrixType.SPD,
             sparse_system_view=advanced.DirectSolverMatrixViewType.FULL,
             logger=logging.getLogger("flowlearn.cudss"),
+            multithreading_lib=_threading_layer(),
         )
         self._solver = advanced.DirectSolver(matrix, self._rhs, options=options, execution="cuda")
         # nvmath releases cuDSS's objects (and the factor's memory) only in free(); tie it to this object's life.
@@ -184,6 +188,27 @@ def _make_current(device_index: int) -> None:
         from cuda.core.experimental import Device
 
     Device(device_index).set_current()
+
+
+def _threading_layer() -> str | None:
+    """Path of cuDSS's OpenMP threading layer, so that its host-side analysis (the reordering) uses every core.
+
+    ``CUDSS_THREADING_LIB`` when set; else the layer that the cuDSS wheel installs beside the loaded libcudss
+    (found through the process's memory map, Linux only); None where there is none, and cuDSS plans on one thread.
+    """
+    chosen = os.environ.get("CUDSS_THREADING_LIB")
+    if chosen:
+        return chosen
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and "libcudss.so" in Path(fields[5]).name:
+            layers = sorted(Path(fields[5]).parent.glob("libcudss_mtlayer_gomp.so*"))
+            return str(layers[0]) if layers else None
+    return None
 
 
 def _free_on(solver: Any, device_index: int) -> None:
@@ -427,8 +452,8 @@ class GPUEngine(Engine):
 def _load_cudss() -> Any:
     """nvmath's sparse direct solver module, after checking that cuDSS loads; raises GPUUnavailableError."""
     install = (
-        "Install it with pip install 'flowlearn[gpu]' (nvmath-python[cu12]; use nvmath-python[cu13] with a "
-        "CUDA 13 build of torch), or choose GPUEngine(method='pcg'), which needs torch alone."
+        "Install it with pip install 'flowlearn[gpu]' for a CUDA 12 build of torch, 'flowlearn[gpu-cu13]' for "
+        "CUDA 13 (torch.version.cuda says which), or choose GPUEngine(method='pcg'), which needs torch alone."
     )
     try:
         import nvmath.sparse.advanced as advanced
