@@ -13,6 +13,7 @@ from test_train import run_train
 
 from flowlearn import DarcyProblem, solve_pressure
 from flowlearn.darcy.flux import outlet_flow_rate
+from flowlearn.data import inclination
 from flowlearn.data.datamodule import FractureDataset, find_fractures
 from flowlearn.data.departure import lcl_flow_rate
 from flowlearn.data.roughness import RoughnessParams, rough_fracture
@@ -34,7 +35,6 @@ from flowlearn.training.metrics import (
 from flowlearn.training.module import FractureFlowModule, as_batch
 
 VOXEL_SIZE = 1e-5
-PIXEL = torch.tensor([VOXEL_SIZE], dtype=torch.float64)
 
 
 def _rough_aperture(shape: tuple[int, int], seed: int, mean_aperture: float = 3.0) -> np.ndarray:
@@ -47,6 +47,17 @@ def _rough_aperture(shape: tuple[int, int], seed: int, mean_aperture: float = 3.
 def _module(law=None) -> FractureFlowModule:
     # An untrained CNN returns exactly its initial raw value: W = 1, the plain law.
     return FractureFlowModule(CNNCorrection(dim=2, channels=2, depth=1), law or LocalCubicLaw())
+
+
+def _flat(log_aperture: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inclination tensor (the identity) and the aperture slope (zero) of flat, parallel walls."""
+    batch, *shape = log_aperture.shape
+    return log_aperture.new_zeros(batch, 3, *shape), log_aperture.new_zeros(batch, 2, *shape)
+
+
+def _unknown(log_aperture: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inclination tensor and aperture slope of a fracture without walls or voxel size: unknown."""
+    return tuple(torch.full_like(x, math.nan) for x in _flat(log_aperture))
 
 
 def _heads(count: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,11 +75,11 @@ def test_on_parallel_plates_every_baseline_gives_the_straight_line_and_the_cubic
     active = torch.ones_like(log_aperture, dtype=torch.bool)
     line = linear_profile(log_aperture, *_heads())[0]
     for name in BASELINE_NAMES:
-        # Flat walls: the inclination factor is 1.
-        log_t = baseline_log_t(name, log_aperture, active, PIXEL, 1.7, torch.zeros_like(log_aperture))
-        pressure = solve_pressure(log_t[0], problem)
-        torch.testing.assert_close(pressure, line, rtol=0, atol=1e-12, msg=name)
-        q = float(outlet_flow_rate(log_t[0], pressure, problem))
+        # Flat, parallel walls: the inclination tensor is the identity and the aperture does not change.
+        log_t = baseline_log_t(name, log_aperture, active, 1.7, *_flat(log_aperture))
+        pressure = solve_pressure(log_t, problem)
+        torch.testing.assert_close(pressure[0], line, rtol=0, atol=1e-12, msg=name)
+        q = float(outlet_flow_rate(log_t, pressure, problem)[0])
         assert q == pytest.approx(expected_q, rel=1e-12), name
     # The data's LCL flow rate is in the same units.
     assert lcl_flow_rate(Fracture("plates", aperture, None)) == pytest.approx(expected_q, rel=1e-12)
@@ -102,20 +113,22 @@ def test_laws_and_baselines_carry_their_constant_factors():
     active = aperture > 0
     log_aperture = torch.where(active, torch.log(aperture.clamp_min(1e-300)), 0.0)
     mean = aperture[active].mean()
-    unknown = torch.full_like(log_aperture, math.nan)  # no walls
-    lcl = baseline_log_t("lcl", log_aperture, active, PIXEL, math.nan, unknown)
+    unknown = _unknown(log_aperture)  # no walls, no voxel size
+    lcl = baseline_log_t("lcl", log_aperture, active, math.nan, *unknown)
     torch.testing.assert_close(lcl[active], torch.log(aperture**3 / 12)[active], rtol=1e-13, atol=0)
-    ap2 = ApSquaredLaw().log_k(log_aperture, torch.zeros_like(log_aperture), active, unknown)
+    ap2 = ApSquaredLaw().log_k(log_aperture, torch.zeros_like(log_aperture), active, unknown[0])
     torch.testing.assert_close(ap2[active], torch.log(mean * aperture**2 / 12)[active], rtol=1e-13, atol=0)
-    uniform = baseline_log_t("uniform", log_aperture, active, PIXEL, math.nan, unknown)
+    uniform = baseline_log_t("uniform", log_aperture, active, math.nan, *unknown)
     torch.testing.assert_close(
         uniform[active], torch.log(mean**3 / 12).expand(int(active.sum())), rtol=1e-13, atol=0
     )
     # Not fitted yet, no voxel size, no walls: those baselines are absent rather than wrong.
-    assert baseline_log_t("power", log_aperture, active, PIXEL, math.nan, unknown) is None
-    no_voxel = torch.tensor([math.nan], dtype=torch.float64)
-    assert baseline_log_t("wedge", log_aperture, active, no_voxel, math.nan, unknown) is None
-    assert baseline_log_t("inclined", log_aperture, active, PIXEL, math.nan, unknown) is None
+    for name in ("power", "wedge", "inclined", "mlcl"):
+        assert baseline_log_t(name, log_aperture, active, math.nan, *unknown) is None, name
+    # Walls but no voxel size: the wedge needs the aperture's slope, a ratio of lengths.
+    walls = (_flat(log_aperture)[0], unknown[1])
+    assert baseline_log_t("inclined", log_aperture, active, math.nan, *walls) is not None
+    assert baseline_log_t("mlcl", log_aperture, active, math.nan, *walls) is None
 
 
 def test_wedge_factor_follows_its_small_angle_expansion_and_steep_limit():
@@ -135,16 +148,21 @@ def test_wedge_factor_follows_its_small_angle_expansion_and_steep_limit():
     assert float(below - above) == pytest.approx(6 / 5 * WEDGE_SERIES_BELOW**2 * 2e-4, rel=1e-3)
 
 
-def test_wedge_baseline_lowers_the_transmissivity_where_the_aperture_changes_along_the_flow():
+def test_wedge_baseline_lowers_the_transmissivity_along_the_axis_where_the_aperture_changes():
     # A gap that widens linearly along x by s per metre: slope g = s everywhere (central and one-sided
-    # differences are exact on a line), so T = Ap³/12 · C(s) at every pixel.
+    # differences are exact on a line), so T_xx = Ap³/12 · C(s) at every pixel and T_yy = Ap³/12.
     width, slope = 7, 0.4
     aperture = (2e-5 + slope * VOXEL_SIZE * torch.arange(width, dtype=torch.float64)).expand(3, width)
+    fracture = Fracture("wedge", aperture.numpy(), None, voxel_size=VOXEL_SIZE)
+    aperture_slope = torch.from_numpy(inclination.aperture_slope(fracture)).unsqueeze(0)
     log_aperture = torch.log(aperture).unsqueeze(0)
     active = torch.ones_like(log_aperture, dtype=torch.bool)
-    log_t = baseline_log_t("wedge", log_aperture, active, PIXEL, math.nan, torch.zeros_like(log_aperture))
-    expected = torch.log(aperture**3 / 12 * 3 * (slope - math.atan(slope)) / slope**3)
-    torch.testing.assert_close(log_t[0], expected, rtol=1e-13, atol=0)
+    flat = _flat(log_aperture)[0]
+    for name in ("wedge", "mlcl"):
+        log_t = baseline_log_t(name, log_aperture, active, math.nan, flat, aperture_slope)
+        expected = torch.log(aperture**3 / 12 * 3 * (slope - math.atan(slope)) / slope**3)
+        torch.testing.assert_close(log_t[0, 0], expected, rtol=1e-13, atol=0)
+        torch.testing.assert_close(log_t[0, 1], torch.log(aperture**3 / 12), rtol=1e-13, atol=0)
 
 
 @pytest.fixture(scope="module")
@@ -266,14 +284,28 @@ def test_the_flow_rate_term_is_the_weighted_squared_relative_error(small_problem
     )
 
 
-def test_summary_line_compares_with_the_lcl_and_adds_flow_rates_where_logged(tmp_path):
-    metrics = {"test/mse": 1e-4, "test/lcl_mse": 3e-4, "test/rel_err_mean": 0.5, "test/lcl_rel_err_mean": 1.5}
+def test_summary_line_names_the_best_closed_form_first_and_the_lcl_beside_it(tmp_path):
+    metrics = {
+        "test/mse": 1e-4,
+        "test/lcl_mse": 3e-4,
+        "test/departure_err": 0.01,
+        "test/lcl_departure_err": 0.07,
+        "test/inclined_departure_err": 0.014,
+        "test/mlcl_departure_err": 0.011,
+        # Not a closed form (fitted to the data): never the one named.
+        "test/power_departure_err": 0.001,
+    }
     line = summary(metrics, tmp_path)
-    assert line == f"done: test MSE 0.0001 (LCL 0.0003), mean error 0.5 % (LCL 1.5 %); outputs in {tmp_path}"
-    metrics |= {"test/flow_rate_err": 4.0, "test/lcl_flow_rate_err": 21.0}
-    assert "mean error 0.5 % (LCL 1.5 %), flow-rate error 4 % (LCL 21 %); outputs" in summary(
+    assert line == (
+        "done: test departure error 0.01 (best closed form mlcl 0.011, LCL 0.07), MSE 0.0001 (LCL 0.0003); "
+        f"outputs in {tmp_path}"
+    )
+    metrics |= {"test/flow_rate_err": 4.0, "test/lcl_flow_rate_err": 21.0, "test/inclined_flow_rate_err": 1.4}
+    assert "flow-rate error 4 % (best closed form inclined 1.4 %, LCL 21 %), MSE" in summary(
         metrics, tmp_path
     )
+    # Where the LCL is the best closed form, it is named once.
+    assert "MSE 0.0001 (LCL 0.0003)" in summary(metrics, tmp_path)
 
 
 def test_training_on_flow_rates_fixes_what_pressures_cannot_see(tmp_path):

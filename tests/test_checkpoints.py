@@ -78,12 +78,13 @@ def test_run_ends_with_a_summary_of_the_test_metrics(flat_run):
     lines = [line for line in result.stdout.splitlines() if "done:" in line]
     assert len(lines) == 1
     match = re.search(
-        r"done: test MSE (\S+) \(LCL (\S+)\), mean error (\S+) % \(LCL (\S+) %\); outputs in (\S+)$",
+        r"done: test departure error (\S+) \((?:best closed form \S+ \S+, )?LCL (\S+)\), MSE (\S+) "
+        r"\((?:best closed form \S+ \S+, )?LCL (\S+)\); outputs in (\S+)$",
         lines[0],
     )
     assert match, lines[0]
     test_row = next(row for row in read_rows(run_dir / "metrics.csv")[1] if row.get("test/mse"))
-    columns = ["test/mse", "test/lcl_mse", "test/rel_err_mean", "test/lcl_rel_err_mean"]
+    columns = ["test/departure_err", "test/lcl_departure_err", "test/mse", "test/lcl_mse"]
     for printed, name in zip(match.groups()[:4], columns, strict=True):
         assert float(printed) == pytest.approx(float(test_row[name]), rel=5e-3), name
     assert Path(match.group(5)) == run_dir

@@ -51,7 +51,8 @@ def small_batch() -> dict:
         "outlet_pressure": torch.full((2,), 1.0, dtype=torch.float64),
         "flow_rate": torch.tensor([3e-12, 2e-12], dtype=torch.float64),
         "voxel_size": torch.full((2,), math.nan, dtype=torch.float64),
-        "log_inclination": torch.full((2, *SHAPE), math.nan, dtype=torch.float64),
+        "inclination": torch.full((2, 3, *SHAPE), math.nan, dtype=torch.float64),
+        "aperture_slope": torch.full((2, 2, *SHAPE), math.nan, dtype=torch.float64),
         "name": ["small/a", "small/b"],
     }
 

@@ -379,6 +379,28 @@ def test_gpu_agrees_with_the_cpu_backend(method, make_problem):
 @pytest.mark.parametrize(
     "method", [pytest.param("direct", marks=needs_cudss), pytest.param("pcg", marks=needs_cuda)]
 )
+@pytest.mark.parametrize("form", ["axes", "tensor"])
+def test_gpu_solves_per_axis_and_tensor_conductivities_as_the_cpu_does(method, form):
+    problem = _problem_2d()
+    shape = problem.grid.shape
+    log_k = _fields(2, (2, *shape), seed=20)
+    rho = (
+        0.8 * torch.rand(2, 1, *shape, generator=torch.Generator().manual_seed(21), dtype=torch.float64) - 0.4
+    )
+    field = log_k if form == "axes" else torch.cat([log_k, rho], dim=1)
+    reference = solve_pressure(field, problem, solver=make_engine("superlu"))
+    x = field.cuda().requires_grad_()
+    pressure = solve_pressure(x, problem, solver=GPUEngine(method=method, rtol=1e-13))
+    torch.testing.assert_close(pressure.detach().cpu(), reference, rtol=1e-9, atol=0, equal_nan=True)
+    torch.nan_to_num(pressure).pow(2).sum().backward()
+    y = field.clone().requires_grad_()
+    torch.nan_to_num(solve_pressure(y, problem, solver=make_engine("superlu"))).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), y.grad, rtol=1e-8, atol=1e-11 * y.grad.abs().max().item())
+
+
+@pytest.mark.parametrize(
+    "method", [pytest.param("direct", marks=needs_cudss), pytest.param("pcg", marks=needs_cuda)]
+)
 @pytest.mark.parametrize("make_problem", [_problem_2d, _problem_3d], ids=["2d", "3d"])
 def test_gpu_gradcheck_and_gradgradcheck(method, make_problem):
     problem = _problem_2d(shape=(5, 6), seed=3) if make_problem is _problem_2d else make_problem()

@@ -80,7 +80,10 @@ def test_predict_writes_aperture_maps_without_a_reference_and_training_refuses_t
         np.testing.assert_allclose(b.correction, a.correction, rtol=1e-12)
         # The baselines come along, the power law with the exponent fitted in training (stored in the checkpoint).
         # (all but the inclined LCL: these fractures have no walls)
-        assert set(b.baseline_pressures) == set(BASELINE_NAMES) - {"inclined"} and b.power_exponent == fitted
+        assert (
+            set(b.baseline_pressures) == set(BASELINE_NAMES) - {"inclined", "mlcl"}
+            and b.power_exponent == fitted
+        )
         np.testing.assert_allclose(
             b.baseline_pressures["power"], a.baseline_pressures["power"], equal_nan=True
         )

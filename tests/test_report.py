@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from viz_support import tiny_run, train
 
 from flowlearn.cli import main
-from flowlearn.reporting.heldout import held_out
+from flowlearn.reporting.heldout import HeldOut, held_out, verdict_table
 from flowlearn.reporting.report import final_metrics
 from flowlearn.reporting.runs import read_metrics
 from flowlearn.training.predictions import read_predictions
@@ -100,7 +101,12 @@ def test_run_report_has_figures_metrics_and_config(flowlearn, run, tmp_path):
     assert "no flow-rate errors: the run's fractures carry no reference flow rate" in report
     tests = sum(f.split == "test" for f in read_predictions(run / "predictions.h5"))
     assert "## Held-out verdict (test split, medians over fractures)" in report
-    assert re.search(rf"beats the LCL \(departure and flow rate\) on \d+ of {tests} fractures", report)
+    # Without reference flow rates no fracture can be judged on both: they are counted apart, not as wins.
+    assert re.search(
+        rf"beats the LCL \(departure and flow rate\) on 0 of 0 fractures; {tests} with no flow rate are not "
+        r"counted \(its departure error lower on \d+ of them\)",
+        report,
+    )
     assert "epochs trained: 3" in report
     assert "model=cnn" in report and "law=inclined" in report
     assert "max_epochs: 3" in report  # the config
@@ -185,12 +191,56 @@ def test_evaluate_prints_the_held_out_medians_of_the_model_and_every_baseline(fl
     for name, value in zip(result.names, uniform, strict=True):
         if fields[name].active.all():
             assert value == pytest.approx(1.0, abs=1e-9)
-    beats = result.beats_lcl()
+    judged, beaten = result.beats("lcl", "lcl")
+    assert not judged.any() and not beaten.any()  # the tiny run's data store no flow rates
     model, lcl = result.metrics["model"]["departure_err"], result.metrics["lcl"]["departure_err"]
-    np.testing.assert_array_equal(beats, model < lcl)  # the tiny run's data store no flow rates
     status, out, _ = flowlearn("evaluate", str(run / "predictions.h5"))
-    assert status == 0 and "| lcl |" in out and "| model vs LCL |" in out
-    assert f"beats the LCL (departure and flow rate) on {beats.sum()} of {beats.size} fractures" in out
+    assert (
+        status == 0
+        and "| lcl |" in out
+        and "| model vs LCL |" in out
+        and "| model vs best closed form |" in out
+    )
+    assert (
+        f"beats the LCL (departure and flow rate) on 0 of 0 fractures; {model.size} with no flow rate are not counted "
+        f"(its departure error lower on {(model < lcl).sum()} of them)"
+    ) in out
+
+
+def test_the_verdict_names_the_best_closed_form_and_counts_fractures_without_flow_rates_apart():
+    # Four fractures, the last without a reference flow rate. mlcl has the lowest median departure error, inclined
+    # the lowest median flow-rate error; power (fitted to data) is lower still but is no closed form.
+    nan = math.nan
+
+    def row(departure, flow):
+        return {"mse": np.ones(4), "departure_err": np.array(departure), "flow_rate_err": np.array(flow)}
+
+    result = HeldOut(
+        ["a", "b", "c", "d"],
+        {
+            "model": row([0.01, 0.02, 0.05, 0.01], [1.0, 3.0, 1.0, nan]),
+            "lcl": row([0.07, 0.08, 0.06, 0.09], [40.0, 45.0, 50.0, nan]),
+            "inclined": row([0.04, 0.04, 0.04, 0.04], [2.0, 2.0, 2.0, nan]),
+            "mlcl": row([0.015, 0.03, 0.04, 0.03], [3.0, 3.0, 3.0, nan]),
+            "power": row([0.001] * 4, [0.1, 0.1, 0.1, nan]),
+        },
+        3.1,
+    )
+    assert result.best("departure_err") == "mlcl" and result.best("flow_rate_err") == "inclined"
+    judged, beaten = result.beats("mlcl", "inclined")
+    # a: 0.01 < 0.015 and 1 < 2; b: 3 > 2; c: 0.05 > 0.04; d: no flow rate, not judged.
+    np.testing.assert_array_equal(judged, [True, True, True, False])
+    np.testing.assert_array_equal(beaten, [True, False, False, False])
+    table = verdict_table(result)
+    # Medians: departure 0.015 against mlcl's 0.03, flow rate 1 against inclined's 2, MSE 1 against 1 (all tie).
+    assert "| model vs best closed form | 0% lower (inclined) | 50% lower (mlcl) | 50% lower (inclined) |" in table
+    assert (
+        "the model beats the best closed form (mlcl; inclined) (departure and flow rate) on 1 of 3 fractures; 1 with "
+        "no flow rate are not counted (its departure error lower on 1 of them)"
+    ) in table
+    assert (
+        "the model beats the LCL (departure and flow rate) on 3 of 3 fractures; 1 with no flow rate" in table
+    )
 
 
 def test_evaluate_without_fractures_of_the_split_is_one_line(flowlearn, run):

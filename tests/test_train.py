@@ -22,7 +22,7 @@ import torch
 from conftest import EXAMPLE_FRACTURE
 
 from flowlearn import DarcyProblem, solve_pressure
-from flowlearn.data.inclination import log_inclination_factor
+from flowlearn.data.inclination import inclination_tensor
 from flowlearn.data.roughness import RoughnessParams, rough_fracture
 from flowlearn.data.schema import Fracture, read_fracture, write_fractures
 from flowlearn.models.baselines import BASELINE_NAMES
@@ -112,15 +112,15 @@ def test_readme_run_command_trains_on_the_embedded_dataset(tmp_path):
         assert len({float(g.attrs["power_exponent"]) for g in f.values()}) == 1
         assert 0 < group.attrs["power_exponent"] < 6
         active = group["active"][()]
-        # T = Ap^3/12 * I * W, the default law with the inclination factor I of the fracture's walls: the written
-        # fields agree with it.
+        # T = Ap^3/12 * I * W, the default law with the inclination tensor I of the fracture's walls, in the
+        # solve's form (log T_xx, log T_yy, rho): the written fields agree with it.
         # (groups are named "<file stem>__<group>")
         fracture = read_fracture(ROOT / "data" / "fractures.h5", group.name.split("__", 1)[1])
-        inclination = np.exp(log_inclination_factor(fracture))[active]
-        expected = np.log(
-            group["aperture"][()][active] ** 3 / 12 * inclination * group["correction"][()][active]
-        )
-        np.testing.assert_allclose(group["log_k"][()][active], expected, rtol=1e-12)
+        log_xx, log_yy, rho = inclination_tensor(fracture)
+        log_lcl = np.log(group["aperture"][()] ** 3 / 12 * group["correction"][()])
+        written = group["log_k"][()]
+        for channel, expected in enumerate((log_lcl + log_xx, log_lcl + log_yy, rho)):
+            np.testing.assert_allclose(written[channel][active], expected[active], rtol=1e-12, atol=1e-15)
 
     # `flowlearn predict` rebuilds the model from the run directory alone and reproduces the run's predictions.
     predicted = tmp_path / "predicted.h5"

@@ -63,12 +63,20 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "no_attr": lambda g: g.attrs.__delitem__("inlet_pressure"),
         "inlet": lambda g: g.attrs.__setitem__("inlet_pressure", 5.0),
         "axis": lambda g: g.attrs.__setitem__("flow_axis", "q"),
+        # Walls the wrong way round; walls 0.8e-4 apart about an aperture of 1e-4 (two voxels off).
+        "swapped_walls": lambda g: _add_walls(g, 5e-5, -5e-5),
+        "wall_gap": lambda g: _add_walls(g, -5e-5, 3e-5),
     }.items():
         made[name] = base / f"{name}.h5"
         shutil.copy(good, made[name])
         with h5py.File(made[name], "r+") as f:
             edit(f["f2"])
     return made
+
+
+def _add_walls(group: h5py.Group, bottom: float, top: float) -> None:
+    for name, height in (("bottom", bottom), ("top", top)):
+        group.create_dataset(name, data=np.full(group["aperture"].shape, height))
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +111,9 @@ CONFIG_ROWS = [
     ("data.batch_size=0", "data.batch_size must be a positive integer, got 0"),
     ("data.batch_size=abc", "data.batch_size must be a positive integer, got 'abc'"),
     ("data.num_workers=-1", "data.num_workers must be an integer >= 0, got -1"),
+    ("data.slope_smoothing=-1", "data.slope_smoothing must be a number in [0, 100), got -1"),
+    ("data.slope_smoothing=1000", "data.slope_smoothing must be a number in [0, 100), got 1000"),
+    ("data.slope_smoothing=abc", "data.slope_smoothing must be a number in [0, 100), got 'abc'"),
     ("data.fractions=[0.5,0.5]", "data.fractions must be three non-negative numbers"),
     ("data.fractions=[0.5,0.3,0.3]", "data.fractions must sum to 1"),
     ("data.fractions=[0,0.5,0.5]", "with train > 0"),
@@ -194,6 +205,15 @@ FILE_ROWS = [
     ("data.path={no_attr}", "{no_attr}: group 'f2': missing attribute 'inlet_pressure'"),
     ("data.path={inlet}", "{inlet}: group 'f2': field 'pressure': inlet face"),
     ("data.path={axis}", "{axis}: group 'f2': attribute 'flow_axis' is 'q'"),
+    (
+        "data.path={swapped_walls}",
+        "{swapped_walls}: group 'f2': field 'top': the top wall lies below the bottom wall",
+    ),
+    (
+        "data.path={wall_gap}",
+        "{wall_gap}: group 'f2': field 'aperture': 48 pixel(s) differ from the walls' separation max(top - bottom, "
+        "0) by more than 1 voxel (1e-05 m); the first is (0, 0): aperture 0.0001 m, walls 8e-05 m apart",
+    ),
     ("ckpt_path={tmp}/missing.ckpt", "ckpt_path: checkpoint not found: {tmp}/missing.ckpt"),
     ("ckpt_path={folder}", "ckpt_path: {folder} is a directory, not a checkpoint"),
     (

@@ -67,8 +67,12 @@ def test_predictions_carry_the_voxel_size_inactive_pixels_and_every_baseline(fie
         assert f.aperture.shape == SHAPE
         assert (~f.active).any() and np.isnan(f.pressure[~f.active]).all()
         # The voxel size is known and the power law was fitted: every baseline applies, with its flow rate, but
-        # the inclined LCL, which needs walls that these fractures lack.
-        assert set(f.baseline_pressures) == set(f.baseline_flow_rates) == set(BASELINE_NAMES) - {"inclined"}
+        # the inclination tensor's two, which need walls that these fractures lack.
+        assert (
+            set(f.baseline_pressures)
+            == set(f.baseline_flow_rates)
+            == set(BASELINE_NAMES) - {"inclined", "mlcl"}
+        )
         assert np.isfinite([f.flow_rate, *f.baseline_flow_rates.values()]).all() and f.flow_rate > 0
         assert math.isnan(f.flow_rate_reference)  # the test fractures store none
         assert f.power_exponent == fields[0].power_exponent and 0 < f.power_exponent < 6
@@ -209,7 +213,10 @@ def test_aperture_scale_ignores_reservoir_columns(fields):
     padded = dataclasses.replace(
         shown,
         **{
-            name: np.pad(getattr(shown, name), ((0, 0), (2, 2)), mode="edge")
+            # The map's columns, the last axis: log_k of a tensor law has its channels in front.
+            name: np.pad(
+                getattr(shown, name), [(0, 0)] * (getattr(shown, name).ndim - 1) + [(2, 2)], mode="edge"
+            )
             for name in ("active", "correction", "log_k", "pressure", "pressure_reference")
         },
         baseline_pressures={

@@ -1,12 +1,15 @@
-"""Assembly of the free-node system ``A h_f = b`` from node log-conductivities.
+"""Assembly of the free-node system ``A h_f = b`` from a conductivity field.
 
-The sparsity pattern depends only on the problem, so :class:`SystemLayout` builds it once (with the index maps
-that scatter edge conductances into CSC storage); each solve then only fills numbers in. The same index maps
-fill a batch on any torch device (``torch_matrix_values``, ``torch_rhs``): the GPU engine's assembly.
+The sparsity pattern depends only on the problem and the conductivity's form, so :class:`SystemLayout` builds it
+once (with the index maps that scatter edge conductances into CSC storage); each solve then only fills numbers in.
+The same index maps fill a batch on any torch device (``torch_matrix_values``, ``torch_rhs``): the GPU engine's
+assembly.
 
-Edge transmissibility, with the geometric mean of the two nodes' conductivities (DPFEHM's convention):
+Edge transmissibility T_e from the flattened field v of one sample (:mod:`flowlearn.darcy.conductivity`): the
+geometric mean of two nodes' conductivities (DPFEHM's convention) for the scalar and per-axis forms, the value
+itself for the tensor scheme's edges,
 
-    T_e = aol_e * exp((logK_a + logK_b) / 2)
+    T_e = aol_e * exp((v[slot_a] + v[slot_b]) / 2)     or     T_e = v[slot_a],
 
     A_ii = sum over edges at i of T_e        (edges to Dirichlet neighbours included)
     A_ij = -T_e                              (both ends free)
@@ -22,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from flowlearn.darcy.conductivity import candidate_edges
 from flowlearn.darcy.grid import Grid
 from flowlearn.sparse import csr_product
 
@@ -34,26 +38,29 @@ class SystemLayout:
 
     Edges with an inactive end, and edges between two Dirichlet nodes, play no part and are dropped.
     ``edges`` lists the remaining ones as (pixel_a, pixel_b) flat image indices: first the free-free edges, then
-    the free-Dirichlet edges with the free node first, each group sorted by (pixel_a, pixel_b).
+    the free-Dirichlet edges with the free node first, each group sorted by (pixel_a, pixel_b). ``slots`` gives,
+    per edge, the entries of the flattened field its transmissibility reads (module docstring).
 
     Args:
         grid: The grid.
         dirichlet: bool (grid.shape), the nodes whose head is fixed (counted where active).
         active: bool (grid.shape), the nodes that carry an equation or a fixed head.
+        form: The conductivity's form (:mod:`flowlearn.darcy.conductivity`): ``scalar``, ``axes`` or ``edges``.
     """
 
-    def __init__(self, grid: Grid, dirichlet: np.ndarray, active: np.ndarray) -> None:
+    def __init__(self, grid: Grid, dirichlet: np.ndarray, active: np.ndarray, form: str = "scalar") -> None:
         active = active.reshape(-1)
         fixed = dirichlet.reshape(-1) & active
         free = active & ~fixed
-        pixel_of_node = grid.to_nodes(np.arange(grid.num_nodes).reshape(grid.shape))
-        a, b = pixel_of_node[grid.edges.T]
-        aol = grid.areas_over_lengths
+        candidates = candidate_edges(grid, form)
+        (a, b), (slot_a, slot_b) = candidates.pixels.T, candidates.slots.T
         used = active[a] & active[b] & ~(fixed[a] & fixed[b])
-        a, b, aol = a[used], b[used], aol[used]
+        a, b, slot_a, slot_b = a[used], b[used], slot_a[used], slot_b[used]
+        aol = candidates.areas_over_lengths[used]
         # Orient free-Dirichlet edges free-first so that column 0 is always a free node.
         flip = fixed[a]
         a, b = np.where(flip, b, a), np.where(flip, a, b)
+        slot_a, slot_b = np.where(flip, slot_b, slot_a), np.where(flip, slot_a, slot_b)
         both_free = free[b]
         # Within each group, edges follow the image order of their nodes: gathers and scatters over edges then
         # stream through memory. (DPFEHM's order walks the image with a stride of a whole row, and every access
@@ -62,8 +69,10 @@ class SystemLayout:
         order = np.argsort((~both_free * grid.num_nodes + a) * grid.num_nodes + b, kind="stable")
         # Column-major, so that edges.T gives the two ends as contiguous arrays: fast gathers.
         self.edges = np.asfortranarray(np.stack([a[order], b[order]], axis=1))
+        self.slots = np.asfortranarray(np.stack([slot_a[order], slot_b[order]], axis=1))
         self.areas_over_lengths = aol[order]
         self.num_free_edges = int(both_free.sum())
+        self.form, self.rule, self.num_values = form, candidates.rule, candidates.num_values
 
         self.num_nodes = grid.num_nodes
         self.shape = grid.shape  # image shape (H, W) or (D, H, W)
@@ -99,70 +108,93 @@ class SystemLayout:
     def nnz(self) -> int:
         return self.indices.size
 
-    def system(self, slot: int, log_k: np.ndarray) -> tuple[np.ndarray, sp.csc_matrix]:
-        """(T, A) for one sample's log-conductivity (num_nodes,), flat image order.
+    @cached_property
+    def value_mask(self) -> np.ndarray:
+        """bool (num_values,): the entries of a field that must be finite: every active node's (per axis, for the
+        axes form), and every edge's transmissibility that enters the system."""
+        if self.rule == "geometric":
+            return np.tile(self.active_mask, self.num_values // self.num_nodes)
+        used = np.zeros(self.num_values, dtype=bool)
+        used[self.slots[:, 0]] = True
+        return used
+
+    @property
+    def value_shape(self) -> tuple[int, ...]:
+        """The shape a flat field index unravels into in messages: the image's, (axis, *image) per axis, or
+        (edges,)."""
+        if self.rule == "linear":
+            return (self.num_values,)
+        channels = self.num_values // self.num_nodes
+        return self.shape if channels == 1 else (channels, *self.shape)
+
+    def system(self, slot: int, values: np.ndarray) -> tuple[np.ndarray, sp.csc_matrix]:
+        """(T, A) for one sample's field (num_values,), flattened (module docstring).
 
         The last system of each batch slot is kept: the adjoint solve that follows a forward solve asks for the
         same one again, and so does the gradient (:meth:`last_transmissibilities`).
         """
-        last = self._last_of(slot, log_k)
+        last = self._last_of(slot, values)
         if last is not None:
             return last[1], last[2]
-        transmissibility = self.transmissibilities(log_k[None])[0]
+        transmissibility = self.transmissibilities(values[None])[0]
         matrix = self.matrix(transmissibility)
-        self._last_system[slot] = (log_k.copy(), transmissibility, matrix)
+        self._last_system[slot] = (values.copy(), transmissibility, matrix)
         return transmissibility, matrix
 
-    def last_transmissibilities(self, log_k: np.ndarray) -> np.ndarray:
-        """:meth:`transmissibilities` (B, num_edges) of log_k (B, num_nodes), taken from each batch slot's last
-        system where it was built from the same log_k."""
+    def last_transmissibilities(self, values: np.ndarray) -> np.ndarray:
+        """:meth:`transmissibilities` (B, num_edges) of a field (B, num_values), taken from each batch slot's last
+        system where it was built from the same values."""
         rows = []
-        for slot, sample in enumerate(log_k):
+        for slot, sample in enumerate(values):
             last = self._last_of(slot, sample)
             rows.append(self.transmissibilities(sample[None])[0] if last is None else last[1])
         return rows[0][None] if len(rows) == 1 else np.stack(rows)  # one sample: a view, no 16 MB copy
 
-    def _last_of(self, slot: int, log_k: np.ndarray) -> tuple[np.ndarray, np.ndarray, sp.csc_matrix] | None:
-        """The slot's last (log_k, T, A) where it was built from this log_k, else None."""
+    def _last_of(self, slot: int, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, sp.csc_matrix] | None:
+        """The slot's last (values, T, A) where it was built from these values, else None."""
         last = self._last_system.get(slot)
-        return last if last is not None and np.array_equal(last[0], log_k) else None
+        return last if last is not None and np.array_equal(last[0], values) else None
 
-    def log_k_gradient(
+    def values_gradient(
         self, transmissibility: np.ndarray, adjoint: np.ndarray, heads: np.ndarray
     ) -> np.ndarray:
-        """dL/dlogK, float64 (B, num_nodes), from T (B, num_edges), the adjoint lam (0 off the free nodes) and the
+        """dL/dv, float64 (B, num_values), from T (B, num_edges), the adjoint lam (0 off the free nodes) and the
         heads h (B, num_nodes), flat image order: the rule of :mod:`flowlearn.darcy.solve`, one compiled pass over
         the edges per sample (5-8x faster than torch's gathers and scatters)."""
-        from flowlearn.darcy.kernels import add_log_k_gradient
+        from flowlearn.darcy.kernels import add_edge_gradient, add_log_k_gradient
 
-        node_a, node_b = self._edge_ends
-        gradient = np.zeros_like(adjoint)
+        node_a, node_b, slot_a, slot_b = self._edge_ends
+        gradient = np.zeros((adjoint.shape[0], self.num_values))
         for sample in range(adjoint.shape[0]):
-            add_log_k_gradient(
-                node_a, node_b, transmissibility[sample], adjoint[sample], heads[sample], gradient[sample]
-            )
+            arguments = (transmissibility[sample], adjoint[sample], heads[sample], gradient[sample])
+            if self.rule == "geometric":
+                add_log_k_gradient(node_a, node_b, slot_a, slot_b, *arguments)
+            else:
+                add_edge_gradient(node_a, node_b, slot_a, *arguments)
         return gradient
 
     @cached_property
-    def _edge_ends(self) -> tuple[np.ndarray, np.ndarray]:
-        """The two pixels of every edge as contiguous int32 arrays, for the compiled loops."""
-        return tuple(np.ascontiguousarray(end, dtype=np.int32) for end in self.edges.T)
+    def _edge_ends(self) -> tuple[np.ndarray, ...]:
+        """The two pixels and the two slots of every edge as contiguous int32 arrays, for the compiled loops."""
+        return tuple(np.ascontiguousarray(end, dtype=np.int32) for end in (*self.edges.T, *self.slots.T))
 
-    def transmissibilities(self, log_k: np.ndarray) -> np.ndarray:
-        """Edge transmissibility T_e, float64 (B, num_edges), from log-conductivity (B, num_nodes), flat image order."""
-        means = [self._edge_mean(sample) for sample in log_k]
+    def transmissibilities(self, values: np.ndarray) -> np.ndarray:
+        """Edge transmissibility T_e, float64 (B, num_edges), from a field (B, num_values), flattened."""
+        if self.rule == "linear":
+            return values[:, self.slots[:, 0]]
+        means = [self._edge_mean(sample) for sample in values]
         # One sample (the CPU engines assemble per sample): a view, not a 16 MB copy at 1024x1024.
         t = torch.from_numpy(means[0][None] if len(means) == 1 else np.stack(means))
         return t.exp_().mul_(torch.from_numpy(self.areas_over_lengths)).numpy()
 
     @cached_property
     def _edge_mean(self) -> Callable[[np.ndarray], np.ndarray]:
-        """(logK_a + logK_b) / 2 of every edge from logK (num_nodes,) as a product with a CSR matrix of two 1/2 a
-        row: on all cores, 4x faster than numpy's two gathers at 1024x1024."""
+        """(v[slot_a] + v[slot_b]) / 2 of every edge from v (num_values,) as a product with a CSR matrix of two 1/2
+        a row: on all cores, 4x faster than numpy's two gathers at 1024x1024."""
         num_edges = self.edges.shape[0]
         mean = sp.csr_matrix(
-            (np.full(2 * num_edges, 0.5), self.edges.reshape(-1), np.arange(0, 2 * num_edges + 1, 2)),
-            shape=(num_edges, self.num_nodes),
+            (np.full(2 * num_edges, 0.5), self.slots.reshape(-1), np.arange(0, 2 * num_edges + 1, 2)),
+            shape=(num_edges, self.num_values),
         )
         return csr_product(mean)
 
@@ -191,11 +223,47 @@ class SystemLayout:
         inflow = transmissibility[boundary] * heads[self.edges[boundary, 1]]
         return sources[self.free_nodes] + np.bincount(self.row_a[boundary], inflow, self.num_free)
 
-    def torch_transmissibilities(self, log_k: torch.Tensor) -> torch.Tensor:
-        """T_e as a differentiable torch op: float64 (B, num_edges) from log-conductivity (B, num_nodes), flat image
-        order, on log_k's device."""
-        node_a, node_b, aol = self.torch_tensors(log_k.device)[:3]
-        return aol * torch.exp(0.5 * (log_k[:, node_a] + log_k[:, node_b]))
+    def torch_transmissibilities(
+        self, values: torch.Tensor, edges: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """T_e as a differentiable torch op: float64 (B, num_edges) from a field (B, num_values), flattened, on its
+        device; only for ``edges`` (int64 indices on that device, (E',) -> (B, E')) where given."""
+        slot_a, slot_b = self.torch_slots(values.device)
+        aol = self.torch_tensors(values.device)[2]
+        if edges is not None:
+            slot_a, slot_b, aol = slot_a[edges], slot_b[edges], aol[edges]
+        if self.rule == "linear":
+            return values[:, slot_a]
+        return aol * torch.exp(0.5 * (values[:, slot_a] + values[:, slot_b]))
+
+    def torch_transmissibility_jvp(
+        self, transmissibility: torch.Tensor, tangent: torch.Tensor
+    ) -> torch.Tensor:
+        """dT (B, num_edges) for a tangent dv (B, num_values) of the field that gave ``transmissibility``."""
+        slot_a, slot_b = self.torch_slots(tangent.device)
+        if self.rule == "linear":
+            return tangent[:, slot_a]
+        return 0.5 * transmissibility * (tangent[:, slot_a] + tangent[:, slot_b])
+
+    def torch_values_vjp(self, transmissibility: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+        """dL/dv (B, num_values) for dL/dT (B, num_edges), with T the field's ``transmissibility``: the adjoint of
+        :meth:`torch_transmissibility_jvp`, in torch ops (differentiable again)."""
+        slot_a, slot_b = self.torch_slots(gradient.device)
+        out = gradient.new_zeros(gradient.shape[0], self.num_values)
+        if self.rule == "linear":
+            return out.index_add(1, slot_a, gradient)
+        share = 0.5 * gradient * transmissibility
+        return out.index_add(1, slot_a, share).index_add(1, slot_b, share)
+
+    def torch_slots(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(slot_a, slot_b) as int64 tensors on ``device``."""
+        key = ("slots", device)
+        if key not in self._torch_cache:
+            self._torch_cache[key] = tuple(
+                torch.as_tensor(np.ascontiguousarray(x), dtype=torch.int64, device=device)
+                for x in self.slots.T
+            )
+        return self._torch_cache[key]
 
     def torch_matrix_values(self, transmissibility: torch.Tensor) -> torch.Tensor:
         """Entries of A for a batch, float64 (B, nnz), from T (B, num_edges), on T's device.

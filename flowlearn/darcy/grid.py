@@ -113,7 +113,7 @@ class Grid:
         return np.full(self.num_nodes, cell)
 
     @cached_property
-    def _edge_table(self) -> tuple[np.ndarray, np.ndarray]:
+    def _edge_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         index = np.arange(self.num_nodes).reshape(self.ns)  # index[ix, iy(, iz)] = node
         spacing = self.spacing
         depth = self.thickness if self.dim == 2 else None
@@ -134,8 +134,9 @@ class Grid:
         neighbour = np.stack(candidates, axis=1).ravel()
         aol = np.stack(aols, axis=1).ravel()
         node = np.repeat(np.arange(self.num_nodes), self.dim)
+        axis = np.tile(np.arange(self.dim), self.num_nodes)
         keep = neighbour >= 0
-        return np.stack([node[keep], neighbour[keep]], axis=1), aol[keep]
+        return np.stack([node[keep], neighbour[keep]], axis=1), aol[keep], axis[keep]
 
     @property
     def edges(self) -> np.ndarray:
@@ -146,6 +147,11 @@ class Grid:
     def areas_over_lengths(self) -> np.ndarray:
         """Face area over node distance of each edge, float64 (num_edges,), metres."""
         return self._edge_table[1]
+
+    @property
+    def edge_axes(self) -> np.ndarray:
+        """The axis each edge runs along, int64 (num_edges,): 0 for x, 1 for y, 2 for z (DPFEHM's axis order)."""
+        return self._edge_table[2]
 
     def to_nodes(self, image: ArrayOrTensor) -> ArrayOrTensor:
         """Image layout ``(..., *shape)`` -> node order ``(..., num_nodes)`` (numpy array or torch tensor)."""

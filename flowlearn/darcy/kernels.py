@@ -39,18 +39,34 @@ def fill_matrix(
 
 
 @njit(nogil=True, fastmath=True, cache=True)
-def add_log_k_gradient(node_a, node_b, transmissibility, adjoint, heads, out):  # pragma: no cover - compiled
-    """Add dL/dlogK of one sample to ``out`` (num_nodes,): every edge e = (a, b) adds
+def add_log_k_gradient(
+    node_a, node_b, slot_a, slot_b, transmissibility, adjoint, heads, out
+):  # pragma: no cover - compiled
+    """Add dL/dv of one sample of a geometric-mean field to ``out`` (num_values,): every edge e = (a, b), whose
+    T_e = aol_e·exp((v[slot_a] + v[slot_b])/2), adds
 
-        dL/dT_e * dT_e/dlogK = -(lam_a - lam_b) (h_a - h_b) * T_e / 2
+        dL/dT_e * dT_e/dv = -(lam_a - lam_b) (h_a - h_b) * T_e / 2
 
-    to both of its nodes (:mod:`flowlearn.darcy.solve`). node_a, node_b: (num_edges,) pixels; transmissibility:
-    float64 (num_edges,); adjoint: lam, float64 (num_nodes,), 0 off the free nodes; heads: h, float64 (num_nodes,)."""
+    to both of its slots (:mod:`flowlearn.darcy.solve`). node_a, node_b: (num_edges,) pixels; slot_a, slot_b:
+    (num_edges,) entries of v; transmissibility: float64 (num_edges,); adjoint: lam, float64 (num_nodes,), 0 off
+    the free nodes; heads: h, float64 (num_nodes,)."""
     for e in range(node_a.size):
         a, b = node_a[e], node_b[e]
         share = -0.5 * transmissibility[e] * (adjoint[a] - adjoint[b]) * (heads[a] - heads[b])
-        out[a] += share
-        out[b] += share
+        out[slot_a[e]] += share
+        out[slot_b[e]] += share
+
+
+@njit(nogil=True, fastmath=True, cache=True)
+def add_edge_gradient(
+    node_a, node_b, slot, transmissibility, adjoint, heads, out
+):  # pragma: no cover - compiled
+    """Add dL/dT of one sample to ``out`` (num_values,) for a field that is the edges' T itself (T_e = v[slot]):
+    dL/dT_e = -(lam_a - lam_b) (h_a - h_b). Arguments as :func:`add_log_k_gradient`'s (``transmissibility`` is
+    not read: the rule's derivative is 1)."""
+    for e in range(node_a.size):
+        a, b = node_a[e], node_b[e]
+        out[slot[e]] -= (adjoint[a] - adjoint[b]) * (heads[a] - heads[b])
 
 
 @njit(cache=True)

@@ -11,6 +11,7 @@ spots of a fracture) are removed from the graph altogether.
 
 from __future__ import annotations
 
+import copy
 from functools import cached_property
 
 import numpy as np
@@ -72,6 +73,9 @@ class DarcyProblem:
             if not drop_unconnected:
                 raise DisconnectedRegionError(self._describe_unconnected())
             self.active = self.active & ~self.dropped
+        # The conductivity form its system is built for (see variant), and the variants made so far.
+        self.form = "scalar"
+        self._variants: dict[str, DarcyProblem] = {self.form: self}
 
     @classmethod
     def fracture(
@@ -110,7 +114,18 @@ class DarcyProblem:
     @cached_property
     def layout(self) -> SystemLayout:
         """Sparsity pattern and index maps of the linear system, built once per problem."""
-        return SystemLayout(self.grid, self.dirichlet, self.active)
+        return SystemLayout(self.grid, self.dirichlet, self.active, self.form)
+
+    def variant(self, form: str) -> DarcyProblem:
+        """The same problem with its system built for conductivity ``form`` (``scalar``, ``axes`` or ``edges``; see
+        :mod:`flowlearn.darcy.conductivity`), made once and kept with this one. Engines keep their analyses and
+        factors per problem object, so each form's pattern gets its own."""
+        if form not in self._variants:
+            other = copy.copy(self)
+            other.__dict__.pop("layout", None)
+            other.form = form
+            self._variants[form] = other
+        return self._variants[form]
 
     def _require_flow_path(self) -> None:
         """Raise :class:`ProblemError` when no active path joins the inlet face (index 0 along x) to the outlet face:

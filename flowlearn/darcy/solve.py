@@ -1,17 +1,23 @@
 """The differentiable steady pressure solve ``p = solve_pressure(logK, problem)``.
 
-Forward: assemble ``A(K) h_f = Q_f + (Dirichlet inflow)`` and solve it (see :mod:`flowlearn.darcy.assembly`).
+Forward: assemble ``A(K) h_f = Q_f + (Dirichlet inflow)`` and solve it (see :mod:`flowlearn.darcy.assembly`). The
+conductivity is one value per node, one per node and axis, or a full 2D tensor (the forms of
+:mod:`flowlearn.darcy.conductivity`); each gives the edges' transmissibilities T_e from a field v.
 
 Reverse mode (adjoint). With the residual r_i = sum_e T_e (h_i - h_j) - Q_i of each free node and a loss
 gradient g = dL/dp, one adjoint solve A lam = g_f -- the same SPD matrix, so the forward factor serves -- gives
 
     dL/dT_e   = -(lam_a - lam_b) (h_a - h_b)          (lam = 0 on Dirichlet nodes)
-    dL/dlogK  = sum over edges at the node of dL/dT_e * T_e / 2
+    dL/dv     = sum over edges reading v of dL/dT_e * dT_e/dv
+                (T_e / 2 for the geometric mean T_e = aol_e exp((v_a + v_b)/2); 1 for T_e = v_e)
     dL/dQ     = lam                                   (free nodes)
     dL/dh_D   = g_D - (L lam)_D                       (Dirichlet nodes; L = the graph Laplacian with weights T)
 
-Forward mode. The tangent solves A dh_f = dQ_f - (dL h)_f with dT_e = T_e (dlogK_a + dlogK_b) / 2 and the
-tangent Dirichlet values dh_D.
+The full tensor's edge weights are torch operations on the node tensor (:mod:`flowlearn.darcy.tensor`), so autograd
+carries dL/dT_e back to it.
+
+Forward mode. The tangent solves A dh_f = dQ_f - (dL h)_f with dT_e = T_e (dv_a + dv_b) / 2 (dv_e for T_e = v_e)
+and the tangent Dirichlet values dh_D.
 
 The adjoint solve is a pressure solve itself (sources g, zero heads), and the tangent is one with sources
 dQ - dL h and heads dh_D. Both rules are therefore written with this op plus torch operations, which makes them
@@ -29,7 +35,9 @@ import numpy as np
 import torch
 
 from flowlearn.checks import nonfinite
+from flowlearn.darcy.conductivity import EDGES, form_of
 from flowlearn.darcy.problem import DarcyProblem
+from flowlearn.darcy.tensor import check_tensor, edge_transmissibilities
 from flowlearn.engines import Engine, get_engine
 from flowlearn.errors import SolutionError, SolveInputError
 
@@ -44,45 +52,61 @@ def solve_pressure(
     """Steady Darcy pressure (head) at every node, differentiable in ``log_k``, ``dirichlet_values`` and ``sources``.
 
     Args:
-        log_k: Natural log of the node conductivity K (m/s), image layout, float32 or float64:
-            ``problem.grid.shape`` or ``(B, *problem.grid.shape)``. Values at inactive nodes are ignored (they may
-            be -inf), all others must be finite. On the engine's device (the CPU, or the GPU engine's CUDA device;
-            the Julia engine takes any).
+        log_k: Natural log of the node conductivity K (m/s), image layout, float32 or float64, in one of three
+            forms (:mod:`flowlearn.darcy.conductivity`): one value per node, ``problem.grid.shape`` or
+            ``(B, *problem.grid.shape)``; one per node and axis, ``(B, dim, *shape)`` with the axes in the order
+            x, y[, z]; or, on a 2D grid, the full tensor ``(B, 3, H, W)`` = (log T_xx, log T_yy, ρ) with
+            ρ = T_xy/√(T_xx T_yy) in (-1, 1) (:func:`~flowlearn.darcy.tensor.tensor_form` makes it from the
+            components). Values at inactive nodes are ignored (they may be -inf), all others must be finite. On the
+            engine's device (the CPU, or the GPU engine's CUDA device; the Julia engine takes any).
         problem: Grid, Dirichlet nodes, sources and active nodes.
-        dirichlet_values: Heads (m) at the Dirichlet nodes, broadcastable to ``log_k``; default the problem's.
-        sources: Sources Q (m^3/s, positive = injection), broadcastable to ``log_k``; default the problem's.
+        dirichlet_values: Heads (m) at the Dirichlet nodes, broadcastable to ``(B, *shape)``; default the
+            problem's.
+        sources: Sources Q (m^3/s, positive = injection), broadcastable to ``(B, *shape)``; default the problem's.
         solver: An engine name from :data:`flowlearn.engines.ENGINES` or ``"auto"`` (default: CHOLMOD when
             installed, else SuperLU), each name one shared engine; or a configured
             :class:`~flowlearn.engines.base.Engine`.
 
     Returns:
-        float64 tensor shaped like ``log_k``: the solved head at free nodes, the Dirichlet value at Dirichlet nodes
-        and NaN at inactive nodes (they carry no equation; mask them with ``problem.active``).
+        float64 tensor (B, *shape), or ``shape`` for an unbatched ``log_k``: the solved head at free nodes, the
+        Dirichlet value at Dirichlet nodes and NaN at inactive nodes (they carry no equation; mask them with
+        ``problem.active``).
 
     Raises:
-        SolveInputError: wrong shape, dtype or device (for the engine), or non-finite values at active nodes.
+        SolveInputError: wrong shape, dtype or device (for the engine), non-finite values at active nodes, or a
+            tensor that is not positive definite.
         ConvergenceError: an iterative solve missed its tolerance.
         SolutionError: a solve without sources returned heads outside its Dirichlet range: the conductivities span
             more than float64 resolves.
     """
-    grid_shape = problem.grid.shape
     if not isinstance(log_k, torch.Tensor):
         raise SolveInputError(f"log_k must be a torch.Tensor, got {type(log_k).__name__}")
-    unbatched = tuple(log_k.shape) == grid_shape
-    if not unbatched and tuple(log_k.shape[1:]) != grid_shape:
-        raise SolveInputError(
-            f"log_k has shape {tuple(log_k.shape)}, but the problem's grid needs {grid_shape} or "
-            f"(batch, {', '.join(map(str, grid_shape))})"
-        )
-    if unbatched:
-        log_k = log_k.unsqueeze(0)
+    unbatched = tuple(log_k.shape) == problem.grid.shape
     log_k = _as_float64(log_k, "log_k", log_k.device)
-    heads = _field(dirichlet_values, problem.dirichlet_values, "dirichlet_values", log_k)
-    flows = _field(sources, problem.sources, "sources", log_k)
     engine = get_engine(solver)
     _check_device(log_k.device, engine)
-    pressure = PressureSolve.apply(log_k, heads, flows, _Call(problem, engine, "state"))
+    target, values = system_field(log_k, problem)
+    shape = (values.shape[0], *problem.grid.shape)
+    heads = _field(dirichlet_values, problem.dirichlet_values, "dirichlet_values", shape, log_k.device)
+    flows = _field(sources, problem.sources, "sources", shape, log_k.device)
+    pressure = PressureSolve.apply(values, heads, flows, _Call(target, engine, "state"))
     return pressure.squeeze(0) if unbatched else pressure
+
+
+def system_field(log_k: torch.Tensor, problem: DarcyProblem) -> tuple[DarcyProblem, torch.Tensor]:
+    """(the problem's variant for the form of ``log_k``, the field its layout reads, batched): ``log_k`` itself for
+    the scalar (a batch of one added where it has none) and axes forms, the 9-point scheme's edge transmissibilities
+    (B, E) for the tensor form, after checking that the tensor is positive definite at every active node."""
+    form = form_of(log_k.shape, problem.grid.shape)
+    if form == "scalar":
+        batched = log_k.unsqueeze(0) if tuple(log_k.shape) == problem.grid.shape else log_k
+        return problem.variant("scalar"), batched
+    if form == "axes":
+        return problem.variant("axes"), log_k
+    active = torch.as_tensor(problem.active, device=log_k.device)
+    check_tensor(log_k.detach(), active)
+    grid = problem.grid
+    return problem.variant(EDGES), edge_transmissibilities(log_k, active, grid.spacing, grid.thickness)
 
 
 def _check_device(device: torch.device, engine: Engine) -> None:
@@ -110,101 +134,101 @@ class _Call:
 
 
 class PressureSolve(torch.autograd.Function):
-    """``p = solve(logK, h_D, Q)`` on image-layout float64 tensors (B, *shape); see the module docstring."""
+    """``p = solve(v, h_D, Q)``: a field v (B, ...) in the form of ``call.problem``'s layout, heads and sources
+    (B, *shape) float64, image layout; see the module docstring."""
 
     @staticmethod
-    def forward(log_k: torch.Tensor, heads: torch.Tensor, flows: torch.Tensor, call: _Call) -> torch.Tensor:
+    def forward(values: torch.Tensor, heads: torch.Tensor, flows: torch.Tensor, call: _Call) -> torch.Tensor:
         problem = call.problem
         layout = problem.layout
-        batch = log_k.shape[0]
-        log_k_nodes, head_nodes, flow_nodes = (x.detach().reshape(batch, -1) for x in (log_k, heads, flows))
-        if log_k.device.type == "cpu":
+        batch = values.shape[0]
+        value_nodes, head_nodes, flow_nodes = (x.detach().reshape(batch, -1) for x in (values, heads, flows))
+        if values.device.type == "cpu":
             # numpy masks and values: on small arrays numpy's checks cost less than starting torch's thread pool.
-            fixed, active = layout.fixed_mask, layout.active_mask
-            checked = (x.numpy() for x in (log_k_nodes, head_nodes, flow_nodes))
+            used, fixed, active = layout.value_mask, layout.fixed_mask, layout.active_mask
+            checked = (x.numpy() for x in (value_nodes, head_nodes, flow_nodes))
         else:
-            _, _, _, _, fixed, active = layout.torch_tensors(log_k.device)
-            checked = (log_k_nodes, head_nodes, flow_nodes)
-        for name, values, where in zip(
-            ("log_k", "dirichlet_values", "sources"), checked, (active, fixed, active)
+            _, _, _, _, fixed, active = layout.torch_tensors(values.device)
+            used = torch.as_tensor(layout.value_mask, device=values.device)
+            checked = (value_nodes, head_nodes, flow_nodes)
+        shapes = (layout.value_shape, problem.grid.shape, problem.grid.shape)
+        for name, field, where, shape in zip(
+            ("log_k", "dirichlet_values", "sources"), checked, (used, fixed, active), shapes
         ):
-            fault = nonfinite(values, where, problem.grid.shape, batched=True)
+            fault = nonfinite(field, where, shape, batched=True)
             if fault:
                 raise SolveInputError(f"{name} has {fault}")
-        pressure = call.engine.pressure(problem, log_k_nodes, head_nodes, flow_nodes, call.role)
-        _check_maximum_principle(pressure, log_k_nodes, head_nodes, flow_nodes, problem)
-        return pressure.reshape(log_k.shape)
+        pressure = call.engine.pressure(problem, value_nodes, head_nodes, flow_nodes, call.role)
+        _check_maximum_principle(pressure, value_nodes, head_nodes, flow_nodes, problem)
+        return pressure.reshape(heads.shape)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        log_k, heads, _, call = inputs
+        values, heads, _, call = inputs
         ctx.call = call
-        ctx.save_for_backward(log_k, heads, output)
-        ctx.save_for_forward(log_k, output)
+        ctx.save_for_backward(values, heads, output)
+        ctx.save_for_forward(values, output)
 
     @staticmethod
     def backward(ctx, grad_pressure: torch.Tensor):
-        log_k, heads, pressure = ctx.saved_tensors
+        values, heads, pressure = ctx.saved_tensors
         call = ctx.call
         layout = call.problem.layout
-        node_a, node_b, _, free, fixed, _ = layout.torch_tensors(log_k.device)
-        shape = log_k.shape
-        flat = _flattener(shape[0])
+        node_a, node_b, _, free, fixed, _ = layout.torch_tensors(values.device)
+        flat = _flattener(values.shape[0])
         # The adjoint system is the forward system with sources g and zero heads.
         grad = torch.where(torch.isnan(pressure), 0.0, grad_pressure)
-        adjoint = PressureSolve.apply(log_k, torch.zeros_like(heads), grad, call.with_role("adjoint"))
+        adjoint = PressureSolve.apply(values, torch.zeros_like(heads), grad, call.with_role("adjoint"))
         lam = torch.where(free, flat(adjoint), 0.0)
-        grad_log_k = grad_heads = None
-        needs_log_k, needs_heads = ctx.needs_input_grad[:2]
+        grad_values = grad_heads = None
+        needs_values, needs_heads = ctx.needs_input_grad[:2]
         # Where no graph of the gradient is recorded (no double backward), the CPU takes T from the solve's own
         # assembly and sums the edges in one compiled loop: at 1024x1024 10 ms against 110 ms of torch operations.
-        compiled = log_k.device.type == "cpu" and not torch.is_grad_enabled()
-        if needs_log_k or needs_heads:
-            u = flat(log_k)
+        compiled = values.device.type == "cpu" and not torch.is_grad_enabled()
+        if needs_values or needs_heads:
+            u = flat(values)
             if compiled:
                 t = torch.from_numpy(layout.last_transmissibilities(u.detach().numpy()))
             else:
                 t = layout.torch_transmissibilities(u)
-        if needs_log_k:
+        if needs_values:
             h = flat(pressure)
             if compiled:
-                grad_log_k = torch.from_numpy(
-                    layout.log_k_gradient(t.numpy(), lam.detach().numpy(), h.detach().numpy())
+                grad_values = torch.from_numpy(
+                    layout.values_gradient(t.numpy(), lam.detach().numpy(), h.detach().numpy())
                 )
             else:
                 dloss_dt = -(lam[:, node_a] - lam[:, node_b]) * (h[:, node_a] - h[:, node_b])
-                grad_log_k = _scatter_edges(0.5 * dloss_dt * t, node_a, node_b, u)
-            grad_log_k = grad_log_k.reshape(shape)
+                grad_values = layout.torch_values_vjp(t, dloss_dt)
+            grad_values = grad_values.reshape(values.shape)
         if needs_heads:
             # (L lam) at a Dirichlet node d sums T_e (lam_d - lam_a) = -T_e lam_a over its free-Dirichlet edges
             # (lam_d = 0); no other edge touches a Dirichlet node.
             boundary = slice(layout.num_free_edges, None)
             inflow = t[:, boundary] * lam[:, node_a[boundary]]
             grad_heads = torch.where(fixed, flat(grad), 0.0).index_add(1, node_b[boundary], inflow)
-            grad_heads = grad_heads.reshape(shape)
-        return grad_log_k, grad_heads, lam.reshape(shape), None
+            grad_heads = grad_heads.reshape(heads.shape)
+        return grad_values, grad_heads, lam.reshape(heads.shape), None
 
     @staticmethod
     def jvp(
-        ctx, d_log_k: torch.Tensor, d_heads: torch.Tensor, d_flows: torch.Tensor, _: None
+        ctx, d_values: torch.Tensor, d_heads: torch.Tensor, d_flows: torch.Tensor, _: None
     ) -> torch.Tensor:
-        log_k, pressure = ctx.saved_tensors
+        values, pressure = ctx.saved_tensors
         call = ctx.call
         layout = call.problem.layout
-        node_a, node_b, _, _, _, active = layout.torch_tensors(log_k.device)
-        shape = log_k.shape
-        flat = _flattener(shape[0])
-        d_log_k, d_heads, d_flows = (
-            torch.zeros_like(log_k) if d is None else d for d in (d_log_k, d_heads, d_flows)
-        )
-        u, h, du = flat(log_k), flat(pressure), flat(d_log_k)
+        node_a, node_b, _, _, _, active = layout.torch_tensors(values.device)
+        flat = _flattener(values.shape[0])
+        d_values = torch.zeros_like(values) if d_values is None else d_values
+        d_heads, d_flows = (torch.zeros_like(pressure) if d is None else d for d in (d_heads, d_flows))
+        u, h = flat(values), flat(pressure)
         t = layout.torch_transmissibilities(u)
-        dt = 0.5 * t * (du[:, node_a] + du[:, node_b])
-        flux_change = _scatter_edges(dt * (h[:, node_a] - h[:, node_b]), node_a, node_b, u, sign=-1.0)
+        dt = layout.torch_transmissibility_jvp(t, flat(d_values))
+        flux_change = _scatter_edges(dt * (h[:, node_a] - h[:, node_b]), node_a, node_b, h, sign=-1.0)
         tangent = PressureSolve.apply(
-            log_k, d_heads, d_flows - flux_change.reshape(shape), call.with_role("tangent")
+            values, d_heads, d_flows - flux_change.reshape(pressure.shape), call.with_role("tangent")
         )
-        return torch.where(active.reshape(shape[1:]), tangent, 0.0)
+        return torch.where(active.reshape(pressure.shape[1:]), tangent, 0.0)
 
     @staticmethod
     def vmap(info, in_dims, log_k, heads, flows, call):
@@ -244,17 +268,24 @@ def _as_float64(x: torch.Tensor, name: str, device: torch.device) -> torch.Tenso
     return x.to(torch.float64)
 
 
-def _field(value: torch.Tensor | None, default: np.ndarray, name: str, like: torch.Tensor) -> torch.Tensor:
+def _field(
+    value: torch.Tensor | None,
+    default: np.ndarray,
+    name: str,
+    shape: tuple[int, ...],
+    device: torch.device,
+) -> torch.Tensor:
+    """Heads or sources as float64 (B, *grid shape) = ``shape`` on ``device``: ``default`` where ``value`` is None."""
     if value is None:
-        return torch.from_numpy(default).to(like.device).expand_as(like)
+        return torch.from_numpy(default).to(device).expand(shape)
     if not isinstance(value, torch.Tensor):
-        value = torch.as_tensor(value, dtype=torch.float64, device=like.device)
-    value = _as_float64(value, name, like.device)
+        value = torch.as_tensor(value, dtype=torch.float64, device=device)
+    value = _as_float64(value, name, device)
     try:
-        return value.expand_as(like)
+        return value.expand(shape)
     except RuntimeError:
         raise SolveInputError(
-            f"{name} has shape {tuple(value.shape)}, which does not broadcast to log_k's {tuple(like.shape)}"
+            f"{name} has shape {tuple(value.shape)}, which does not broadcast to the batch's {shape}"
         ) from None
 
 
@@ -265,7 +296,7 @@ MAXIMUM_PRINCIPLE_SLACK = 1e-8
 
 def _check_maximum_principle(
     pressure: torch.Tensor,
-    log_k: torch.Tensor,
+    values: torch.Tensor,
     heads: torch.Tensor,
     flows: torch.Tensor,
     problem: DarcyProblem,
@@ -302,7 +333,7 @@ def _check_maximum_principle(
     raise SolutionError(
         f"the pressure solve returned no solution for batch item {item}: the head at pixel {pixel} is "
         f"{float(pressure[item, node]):.12g}, outside the Dirichlet range [{float(low[item]):.6g}, "
-        f"{float(high[item]):.6g}] that a solution without sources stays within. {_steepest_jump(log_k[item], problem)}"
+        f"{float(high[item]):.6g}] that a solution without sources stays within. {_steepest_jump(values[item], problem)}"
     )
 
 
@@ -313,17 +344,33 @@ def _row_range(x: np.ndarray | torch.Tensor) -> tuple:
     return torch.aminmax(x, dim=1)
 
 
-def _steepest_jump(log_k: torch.Tensor, problem: DarcyProblem) -> str:
-    """Where log K changes most between neighbouring active pixels, in words (for the error message)."""
+def _steepest_jump(values: np.ndarray | torch.Tensor, problem: DarcyProblem) -> str:
+    """Where the conductivity changes most at one node, in words (for the error message): the largest jump of log K
+    across an edge for the node forms, the widest spread of the edge transmissibilities at one node otherwise."""
     layout = problem.layout
+    field = np.asarray(values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else values)
     a, b = layout.edges.T
-    values = log_k.detach().cpu().numpy()
-    jumps = np.abs(values[a] - values[b])
-    edge = int(np.argmax(jumps))
-    first, second = (
-        tuple(int(i) for i in np.unravel_index(n, problem.grid.shape)) for n in (a[edge], b[edge])
-    )
+    if layout.rule == "geometric":
+        jumps = np.abs(field[layout.slots[:, 0]] - field[layout.slots[:, 1]])
+        edge = int(np.argmax(jumps))
+        first, second = (
+            tuple(int(i) for i in np.unravel_index(n, problem.grid.shape)) for n in (a[edge], b[edge])
+        )
+        return (
+            f"log K jumps by {jumps[edge]:.3g} between pixels {first} and {second}: conductances that differ by "
+            "more than about 1e15 at one node are beyond float64"
+        )
+    with np.errstate(divide="ignore"):
+        log_t = np.log10(layout.transmissibilities(field[None])[0])
+    ends = np.concatenate([a, b])
+    highest = np.full(layout.num_nodes, -np.inf)
+    lowest = np.full(layout.num_nodes, np.inf)
+    np.maximum.at(highest, ends, np.tile(log_t, 2))
+    np.minimum.at(lowest, ends, np.where(np.isfinite(np.tile(log_t, 2)), np.tile(log_t, 2), np.inf))
+    spread = np.where(np.isfinite(lowest), highest - lowest, 0.0)
+    node = int(np.argmax(spread))
+    pixel = tuple(int(i) for i in np.unravel_index(node, problem.grid.shape))
     return (
-        f"log K jumps by {jumps[edge]:.3g} between pixels {first} and {second}: conductances that differ by more "
-        "than about 1e15 at one node are beyond float64"
+        f"the transmissibilities of the edges at pixel {pixel} span 10^{spread[node]:.3g}: conductances that "
+        "differ by more than about 1e15 at one node are beyond float64"
     )

@@ -12,8 +12,11 @@ A batch is a dict:
 - ``flow_rate``: float (B,), the reference flow rate through the outlet for these heads (the file's value times
   the ratio of the head drops when ``heads`` maps them), NaN where the file stores none;
 - ``voxel_size``: float (B,), metres per pixel, NaN where unknown;
-- ``log_inclination``: float (B, H, W), the log of the mid-surface's inclination factor (see
+- ``inclination``: float (B, 3, H, W), the mid-surface's inclination tensor in the solve's tensor form
+  (log I_xx, log I_yy, ρ), its slope smoothed over ``slope_smoothing`` mean apertures (see
   :mod:`flowlearn.data.inclination`), NaN for a fracture without walls;
+- ``aperture_slope``: float (B, 2, H, W), (∂Ap/∂x, ∂Ap/∂y) of the walls' separation, or of the map without walls
+  (:func:`~flowlearn.data.inclination.aperture_slope`), NaN where the voxel size is unknown;
 - ``name``: list of B strings, ``"<file stem>/<group>"``.
 
 Float tensors have the DataModule's ``dtype`` (float64 by default, the precision of the pressure solve). One batch
@@ -35,7 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
-from flowlearn.data.inclination import log_inclination_factor
+from flowlearn.data.inclination import SMOOTHING, aperture_slope, inclination_tensor
 from flowlearn.data.inputs import DEFAULT_INPUTS, check_input_names, input_channels
 from flowlearn.data.schema import list_fractures, missing_pressure, open_file, read_open
 
@@ -90,7 +93,8 @@ class FractureDataset(Dataset):
     """One item per fracture: the dict described in the module docstring, without the batch dimension.
 
     ``inputs`` names the input channels of ``item["inputs"]``; a fracture that lacks what they need (the walls)
-    raises :class:`~flowlearn.errors.DataValidationError` naming file, group and ``needed_by``.
+    raises :class:`~flowlearn.errors.DataValidationError` naming file, group and ``needed_by``. ``slope_smoothing``
+    (mean apertures) smooths the mid-surface before its slope makes the inclination tensor.
 
     HDF5 files are opened on first access in each process and the handles are keyed by process id, so a
     DataLoader worker started by fork never reads through a handle its parent opened; pickling drops them.
@@ -104,8 +108,10 @@ class FractureDataset(Dataset):
         require_pressure: bool = True,
         inputs: Sequence[str] = DEFAULT_INPUTS,
         needed_by: str = "inputs",
+        slope_smoothing: float = SMOOTHING,
     ) -> None:
         self.refs = list(refs)
+        self.slope_smoothing = slope_smoothing
         self.heads = heads
         self.dtype = dtype
         self.require_pressure = require_pressure
@@ -168,7 +174,8 @@ class FractureDataset(Dataset):
             "outlet_pressure": torch.tensor(outlet, dtype=self.dtype),
             "flow_rate": torch.tensor(flow_rate, dtype=self.dtype),
             "voxel_size": torch.tensor(fr.voxel_size, dtype=self.dtype),
-            "log_inclination": torch.as_tensor(log_inclination_factor(fr), dtype=self.dtype),
+            "inclination": torch.as_tensor(inclination_tensor(fr, self.slope_smoothing), dtype=self.dtype),
+            "aperture_slope": torch.as_tensor(aperture_slope(fr), dtype=self.dtype),
             "name": ref.key,
         }
 
@@ -238,6 +245,8 @@ class FractureDataModule(L.LightningDataModule):
         dtype: dtype of the float tensors.
         num_workers: DataLoader worker processes; HDF5 handles are opened inside each worker.
         inputs: names of the input channels each batch carries (see :mod:`flowlearn.data.inputs`).
+        slope_smoothing: the standard deviation, in mean apertures, of the Gaussian that smooths the mid-surface
+            before its slope makes the inclination tensor (:mod:`flowlearn.data.inclination`); 0 for none.
     """
 
     def __init__(
@@ -250,6 +259,7 @@ class FractureDataModule(L.LightningDataModule):
         dtype: torch.dtype = torch.float64,
         num_workers: int = 0,
         inputs: Sequence[str] = DEFAULT_INPUTS,
+        slope_smoothing: float = SMOOTHING,
     ) -> None:
         super().__init__()
         self.paths = [path] if isinstance(path, str | os.PathLike) else list(path)
@@ -260,6 +270,7 @@ class FractureDataModule(L.LightningDataModule):
         self.dtype = dtype
         self.num_workers = num_workers
         self.inputs = check_input_names(inputs)
+        self.slope_smoothing = slope_smoothing
         self.splits: dict[str, FractureDataset] = {}
 
     def setup(self, stage: str | None = None) -> None:
@@ -267,7 +278,9 @@ class FractureDataModule(L.LightningDataModule):
             return
         train, val, test = split_fractures(find_fractures(self.paths), self.fractions, self.seed)
         self.splits = {
-            name: FractureDataset(refs, heads=self.heads, dtype=self.dtype, inputs=self.inputs)
+            name: FractureDataset(
+                refs, self.heads, self.dtype, inputs=self.inputs, slope_smoothing=self.slope_smoothing
+            )
             for name, refs in (("train", train), ("val", val), ("test", test))
         }
 

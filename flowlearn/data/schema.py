@@ -16,7 +16,9 @@ flowlearn layout (``layout="flowlearn"``)::
                            aperture maps to predict on (then inlet/outlet_pressure are optional, default 2 and 1)
     /<name>/mask           optional bool, same shape; False marks further inactive cells
     /<name>/bottom, top    optional float (H, W), metres: the heights of the two walls (mid-plane at 0) that
-                           the reference was computed between; where top <= bottom the walls touch
+                           the reference was computed between; where top <= bottom the walls touch. The
+                           aperture is their separation max(top - bottom, 0), voxelised: within one voxel of it
+                           (within 1e-6 of the mean separation where the voxel size is unknown)
     optional attribute     flow_rate: float, the reference flow rate through the outlet face as a Darcy model
                            counts it, Q mu / (p_inlet - p_outlet) x (inlet_pressure - outlet_pressure), in m^3
                            times the pressure's units; the Darcy solve with T = Ap^3/12 (Ap in metres), unit
@@ -68,6 +70,11 @@ ORIGINAL_OPTIONAL_FIELDS = ("pressure_field",)
 # across a rough inlet face (the shared original file deviates by up to 0.3%), so a column is judged by its
 # mean over active cells.
 BOUNDARY_TOLERANCE = 0.01
+# How far the stored aperture may be from the walls' separation max(top - bottom, 0): one voxel, the rounding of a
+# voxelised gap (the count of voxel centres between two walls is within one of their distance); where the voxel size
+# is unknown, this fraction of the mean separation (the aperture is then expected to be the separation itself).
+WALL_TOLERANCE_VOXELS = 1.0
+WALL_TOLERANCE_RELATIVE = 1e-6
 
 Layout = Literal["flowlearn", "original"]
 
@@ -183,6 +190,8 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
             f"{_where(path, g, 'aperture')}: {int((ap < 0).sum())} negative apertures "
             f"(min {float(ap.min()):.6g}), first at {first}"
         )
+    if walls:
+        _check_walls(fracture, path)
     if fracture.flow_axis not in FLOW_AXES or -FLOW_AXES[fracture.flow_axis] > ap.ndim:
         raise DataValidationError(
             f"{_where(path, g)}: attribute 'flow_axis' is {fracture.flow_axis!r}; "
@@ -190,6 +199,34 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
         )
     if p is not None:
         _check_boundaries(fracture, path)
+
+
+def _check_walls(fracture: Fracture, path: str | os.PathLike) -> None:
+    """The walls lie the right way round (the top one above the bottom one on average), and the aperture is their
+    separation to within :data:`WALL_TOLERANCE_VOXELS` voxels (or :data:`WALL_TOLERANCE_RELATIVE` of the mean
+    separation where the voxel size is unknown)."""
+    g = fracture.name
+    bottom, top = (np.asarray(w, dtype=np.float64) for w in (fracture.bottom, fracture.top))
+    if top.mean() <= bottom.mean():
+        raise DataValidationError(
+            f"{_where(path, g, 'top')}: the top wall lies below the bottom wall (mean heights {top.mean():.6g} and "
+            f"{bottom.mean():.6g} m): are 'bottom' and 'top' swapped?"
+        )
+    separation = np.maximum(top - bottom, 0.0)
+    voxel = fracture.voxel_size
+    if math.isfinite(voxel):
+        tolerance, rule = WALL_TOLERANCE_VOXELS * voxel, f"{WALL_TOLERANCE_VOXELS:g} voxel ({voxel:.6g} m)"
+    else:
+        tolerance = WALL_TOLERANCE_RELATIVE * separation.mean()
+        rule = f"{WALL_TOLERANCE_RELATIVE:g} of the mean separation (the voxel size is unknown)"
+    off = np.abs(np.asarray(fracture.aperture, np.float64) - separation) > tolerance * (1 + 1e-9)
+    if off.any():
+        first = tuple(int(i) for i in np.argwhere(off)[0])
+        raise DataValidationError(
+            f"{_where(path, g, 'aperture')}: {int(off.sum())} pixel(s) differ from the walls' separation "
+            f"max(top - bottom, 0) by more than {rule}; the first is {first}: aperture "
+            f"{float(fracture.aperture[first]):.6g} m, walls {float(separation[first]):.6g} m apart"
+        )
 
 
 def _check_boundaries(fracture: Fracture, path: str | os.PathLike) -> None:

@@ -2,7 +2,10 @@
 
 DPFEHMBridge builds DPFEHM's grid for a problem once (:meth:`DPFEHMEngine.prepare`) and solves the steady
 groundwater equations with ``DPFEHM.groundwater_steadystate`` for given heads and sources: the forward, adjoint
-and tangent solves of :class:`~flowlearn.darcy.solve.PressureSolve`, like every engine. The derivative rules are
+and tangent solves of :class:`~flowlearn.darcy.solve.PressureSolve`, like every engine. A scalar conductivity
+goes to Julia as node log-conductivities (DPFEHM takes the geometric means); a conductivity per axis, or a full
+tensor's 9-point edges, as the transmissibility of each edge of flowlearn's layout (DPFEHM's per-edge
+conductivities, with unit areas over lengths). The derivative rules are
 therefore flowlearn's, applied to DPFEHM's solves, so the Julia path differentiates with respect to the Dirichlet
 values and sources as well, and to any order.
 """
@@ -68,8 +71,10 @@ class DPFEHMEngine(Engine):
     def __repr__(self) -> str:
         return f"DPFEHMEngine(reltol={self.reltol}, maxiter={self.maxiter})"
 
-    def prepare(self, problem: DarcyProblem) -> tuple[DarcyProblem, Any]:
-        """(problem, DPFEHMBridge.Problem): DPFEHM's grid, Dirichlet set and active nodes, in its node order."""
+    def prepare(self, problem: DarcyProblem) -> tuple[DarcyProblem, Any, tuple[np.ndarray, ...]]:
+        """(problem, DPFEHMBridge.Problem, edge ends): DPFEHM's grid, Dirichlet set and active nodes, in its node
+        order, and the layout's edges as DPFEHM's 1-based node numbers (int64 (num_edges,) each), through which a
+        conductivity per axis or a full tensor reaches DPFEHM."""
         grid = problem.grid
         if any(n < 2 for n in grid.ns):
             raise ValueError(
@@ -92,17 +97,22 @@ class DPFEHMEngine(Engine):
                 reltol=self.reltol,
                 maxiter=self.maxiter,
             )
-        return problem, julia_problem
+        node_of_pixel = np.empty(grid.num_nodes, dtype=np.int64)
+        node_of_pixel[grid.to_nodes(np.arange(grid.num_nodes).reshape(grid.shape))] = np.arange(
+            grid.num_nodes
+        )
+        ends = tuple(np.ascontiguousarray(node_of_pixel[end] + 1) for end in problem.layout.edges.T)
+        return problem, julia_problem, ends
 
     def solve(
         self,
-        state: tuple[DarcyProblem, Any],
+        state: tuple[DarcyProblem, Any, tuple[np.ndarray, ...]],
         log_k: torch.Tensor,
         heads: torch.Tensor,
         sources: torch.Tensor,
         role: str,
     ) -> torch.Tensor:
-        problem, julia_problem = state
+        problem, julia_problem, ends = state
         grid = problem.grid
         batch = log_k.shape[0]
 
@@ -111,17 +121,22 @@ class DPFEHMEngine(Engine):
             image = x.detach().cpu().numpy().reshape(batch, *grid.shape)
             return np.ascontiguousarray(grid.to_nodes(image))
 
-        log_k_nodes, head_nodes, source_nodes = (dpfehm_order(x) for x in (log_k, heads, sources))
+        head_nodes, source_nodes = (dpfehm_order(x) for x in (heads, sources))
+        layout = problem.layout
+        if layout.form == "scalar":  # node log-conductivities: DPFEHM takes the geometric means itself
+            name, leading = "solve", [(k,) for k in dpfehm_order(log_k)]
+        else:  # every edge's transmissibility, and the edge's two nodes
+            name = "solve_edges"
+            leading = [(t, *ends) for t in layout.transmissibilities(log_k.detach().cpu().numpy())]
+        function = getattr(self._bridge, name)
         self._julia.check_process()
-        solved = np.empty_like(log_k_nodes)
+        solved = np.empty_like(head_nodes)
         with self._julia.lock:
             for item in range(batch):
                 try:
-                    h = self._bridge.solve(
-                        log_k_nodes[item], head_nodes[item], source_nodes[item], julia_problem
-                    )
+                    h = function(*leading[item], head_nodes[item], source_nodes[item], julia_problem)
                 except self._julia.juliacall.JuliaError as error:
-                    raise ForeignError(f"DPFEHMBridge.solve: {error}") from error
+                    raise ForeignError(f"DPFEHMBridge.{name}: {error}") from error
                 # A copy: Julia owns (and may later free) the memory behind h.
                 solved[item] = np.array(h, dtype=np.float64, copy=True)
         pressure = grid.to_image(solved).reshape(batch, -1)

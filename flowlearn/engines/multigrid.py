@@ -3,13 +3,14 @@
 A matrix that will not be reused (predict, the first step of a run) is not worth a sparse factorisation: one
 multigrid hierarchy costs a few sweeps over the grid, and CG preconditioned by its V-cycle reaches the same
 tolerance in 20-30 iterations, whatever the grid's size. The free-node system of a 2D grid is a 5-point stencil on
-the image; every level keeps it on a grid, so the hierarchy is a handful of (H, W) arrays and every operation is a
-compiled loop over them.
+the image (9 points for a full transmissivity tensor); every level keeps it on a grid, so the hierarchy is a
+handful of (H, W) arrays and every operation is a compiled loop over them.
 
-Each level holds a symmetric 9-point stencil ``A`` (the finest one has only 5 points) as its diagonal ``d`` and the
-couplings to the four "forward" neighbours, east (i, j+1), north (i+1, j), north-east (i+1, j+1) and north-west
-(i+1, j-1); the couplings to the other four are those of the neighbour's forward ones. Pixels that carry no
-unknown (inactive, or of fixed head) are decoupled placeholders: d = 1, no couplings, zero right-hand side.
+Each level holds a symmetric 9-point stencil ``A`` (the finest one of a scalar or per-axis conductivity has only 5
+points) as its diagonal ``d`` and the couplings to the four "forward" neighbours, east (i, j+1), north (i+1, j),
+north-east (i+1, j+1) and north-west (i+1, j-1); the couplings to the other four are those of the neighbour's
+forward ones. Pixels that carry no unknown (inactive, or of fixed head) are decoupled placeholders: d = 1, no
+couplings, zero right-hand side.
 
 Coarsening aggregates 3x3 blocks of pixels. The tentative prolongation P0 copies a block's coarse value to its
 pixels; smoothing it with one damped-Jacobi step gives
@@ -22,8 +23,8 @@ through one stencil product each, and A_c is read off nine probes A_c v_c, where
 one of the nine classes (I mod 3, J mod 3) and 0 elsewhere: within any 3x3 neighbourhood every class appears once.
 
 The V-cycle smooths with one multicolour Gauss-Seidel sweep before the coarse correction and the same sweep with
-its colours reversed after it: a symmetric cycle, so a valid CG preconditioner. The colours (red-black on the
-5-point finest level, four on the 9-point ones) uncouple the nodes they update, so a row's updates carry no
+its colours reversed after it: a symmetric cycle, so a valid CG preconditioner. The colours (red-black on a
+5-point finest level, four on 9-point ones) uncouple the nodes they update, so a row's updates carry no
 dependency from one node to the next and vectorise, unlike a lexicographic sweep's. The coarsest level (at most
 ``COARSEST`` nodes) is solved by the inverse of its dense Cholesky factorisation. The hierarchy is built in float64
 and cycled in float32: a preconditioner needs no more digits, the cycle's time goes into streaming its arrays from
@@ -119,8 +120,10 @@ class Multigrid(Factor):
         _fill_finest(matrix.indptr, matrix.indices, matrix.data, rows, cols, diagonal, couplings)
         kept = np.zeros((height + 2, width + 2), dtype=bool)
         kept[rows, cols] = True
+        # Red-black uncouples a 5-point stencil; the full tensor's diagonals (a 9-point one) need four colours.
+        colours = 4 if couplings[2:].any() else 2
         with kernel_threads(diagonal.size):
-            self.levels = [_level(diagonal, couplings, kept, colours=2)]
+            self.levels = [_level(diagonal, couplings, kept, colours=colours)]
         while self.levels[-1].kept[1:-1, 1:-1].size > COARSEST:
             with kernel_threads(self.levels[-1].diagonal.size):  # the work is the finer level's
                 self.levels.append(_coarsen(self.levels[-1]))
@@ -282,7 +285,8 @@ def _dense(level: _Level) -> np.ndarray:
 
 @njit(cache=True, error_model="numpy")
 def _fill_finest(indptr, indices, data, rows, cols, diagonal, couplings):  # pragma: no cover - compiled
-    """Scatter the CSC free-node matrix onto the stencil arrays (only the forward couplings are kept)."""
+    """Scatter the CSC free-node matrix, a 5-point or (full tensor) 9-point stencil, onto the stencil arrays (only
+    the forward couplings are kept)."""
     for column in range(indptr.size - 1):
         ci, cj = rows[column], cols[column]
         for entry in range(indptr[column], indptr[column + 1]):
@@ -293,6 +297,10 @@ def _fill_finest(indptr, indices, data, rows, cols, diagonal, couplings):  # pra
                 couplings[0, ci, cj] = data[entry]
             elif ri == ci + 1 and rj == cj:
                 couplings[1, ci, cj] = data[entry]
+            elif ri == ci + 1 and rj == cj + 1:
+                couplings[2, ci, cj] = data[entry]
+            elif ri == ci + 1 and rj == cj - 1:
+                couplings[3, ci, cj] = data[entry]
 
 
 @njit(cache=True, error_model="numpy")

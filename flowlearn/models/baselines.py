@@ -13,11 +13,21 @@ their logged metrics:
   split (fitted once, at the start of training; see :meth:`FractureFlowModule.fit_power_exponent
   <flowlearn.training.module.FractureFlowModule.fit_power_exponent>`);
 - ``wedge``: the LCL with the Stokes-flow correction for non-parallel walls of Nicholl et al. (1999), in the form of
-  Brush & Thomson (2003), eq. (33) (see :func:`wedge_factor`). It needs the pixel size (the aperture gradient is a
-  ratio of lengths) and is absent for fractures whose voxel size is unknown;
-- ``inclined``: T = Ap³/12 · I, the LCL of the gap normal to its inclined mid-surface, projected onto the map
-  (I = cos⁴θ for a slope θ along the flow; after Ge 1997; see :mod:`flowlearn.data.inclination`). It needs the
-  walls and is absent for fractures without them. Its law, ``law=inclined``, is what the default model corrects.
+  Brush & Thomson (2003), eq. (33) (see :func:`wedge_factor`), along each axis: T_xx = Ap³/12 · C(∂Ap/∂x),
+  T_yy = Ap³/12 · C(∂Ap/∂y). The aperture gradient is that of the smooth walls' separation where a fracture has
+  walls, else of its aperture map (:func:`~flowlearn.data.inclination.aperture_slope`); it is a ratio of lengths,
+  so the baseline is absent for fractures whose voxel size is unknown;
+- ``inclined``: T = Ap³/12 · I, the LCL of the gap normal to its inclined mid-surface, projected onto the map as a
+  tensor (I_xx = cos⁴θ for a slope θ along the flow, cos²θ across it; after Ge 1997; see
+  :mod:`flowlearn.data.inclination`). It needs the walls and is absent for fractures without them. Its law,
+  ``law=inclined``, is what the default model corrects;
+- ``mlcl``: the strongest closed form, with no fitted parameter: the inclination tensor times the wedge factor
+  along each axis, T_xx = Ap³/12 · I_xx · C(∂Ap/∂x), T_yy = Ap³/12 · I_yy · C(∂Ap/∂y), T_xy = Ap³/12 · I_xy ·
+  √(C_x C_y) (the tensor's correlation ρ unchanged). It needs the walls and the voxel size.
+
+The closed forms, :data:`CLOSED_FORMS` (``lcl``, ``wedge``, ``inclined``, ``mlcl``: physics with no parameter fitted
+to data), are what a learned model must beat: :func:`best_closed_form` picks, per metric, the one that does best,
+which every verdict names beside the LCL.
 
 References:
     Nicholl, M. J., Rajaram, H., Glass, R. J., and Detwiler, R. (1999). Saturated flow in a single fracture:
@@ -33,11 +43,12 @@ References:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
-from flowlearn.models.laws import power_law_log_t
+from flowlearn.models.laws import power_law_log_t, tensor_law
 
 # Below this aperture gradient the wedge factor is evaluated by its series: the closed form loses digits to the
 # cancellation in g - arctan(g) (the series' first omitted term, g^6/3, is below 4e-13 here).
@@ -62,17 +73,22 @@ BASELINES = (
     Baseline("lcl", "LCL", "T = Ap³/12 (the local cubic law)"),
     Baseline("power", "T ∝ Ap^a", "T = (Ā³/12)(Ap/Ā)^a, a fitted on the training split"),
     Baseline(
-        "wedge", "wedge-corrected LCL", "T = Ap³/12 · 3(g − arctan g)/g³, g = |∂Ap/∂x| (Brush & Thomson 2003)"
+        "wedge",
+        "wedge-corrected LCL",
+        "T_ii = Ap³/12 · C(∂Ap/∂i), C(g) = 3(g − arctan g)/g³ (Brush & Thomson 2003)",
     ),
     Baseline(
         "inclined",
-        "inclination-corrected LCL",
-        "T = Ap³/12 · (1 + m_y²)/(1 + |∇m|²)², m the mid-surface (after Ge 1997)",
+        "inclination-tensor LCL",
+        "T = Ap³/12 · [[1 + m_y², −m_x m_y], [−m_x m_y, 1 + m_x²]]/(1 + |∇m|²)², m the mid-surface (after Ge 1997)",
     ),
+    Baseline("mlcl", "inclination tensor × wedge", "the inclination tensor times C(∂Ap/∂i) along each axis"),
 )
 BASELINE_NAMES = tuple(b.name for b in BASELINES)
 # The baseline ``improvement`` is measured against, and the one figures show beside the learned model.
 COMPARED = "lcl"
+# The baselines that are physics with no parameter fitted to data: the best of them is what a model must beat.
+CLOSED_FORMS = ("lcl", "wedge", "inclined", "mlcl")
 
 
 def wedge_factor(slope: torch.Tensor) -> torch.Tensor:
@@ -94,60 +110,62 @@ def wedge_factor(slope: torch.Tensor) -> torch.Tensor:
     return torch.where(small, series, closed)
 
 
-def wedge_corrected_log_t(
-    log_aperture: torch.Tensor, active: torch.Tensor, pixel_size: torch.Tensor
-) -> torch.Tensor:
-    """log T of the wedge-corrected LCL, T = Ap³/12 · C(∂Ap/∂x) (:func:`wedge_factor`).
+def best_closed_form(values: Mapping[str, float]) -> tuple[str, float] | None:
+    """(name, value) of the closed form (:data:`CLOSED_FORMS`) with the lowest finite value among ``values`` (a
+    metric by baseline name, lower is better), or None where none has one."""
+    finite = [(values[name], name) for name in CLOSED_FORMS if name in values and math.isfinite(values[name])]
+    if not finite:
+        return None
+    value, name = min(finite)
+    return name, value
 
-    The correction is applied at each node, with the central-difference aperture gradient along the flow (x, the
-    last axis; one-sided at the first and last column) and zero aperture at inactive pixels (walls in contact).
-    Brush & Thomson apply it per half-cell, along each direction of flow; a node-wise transmissivity can only take
-    one value, and the through-flow runs along x.
 
-    Args:
-        log_aperture, active: (B, *shape) float64 and bool, as for the laws of :mod:`flowlearn.models.laws`.
-        pixel_size: (B,) float64, metres per pixel of each fracture (the aperture's unit).
-
-    Returns:
-        log T, (B, *shape) float64.
-    """
-    aperture = torch.where(active, torch.exp(log_aperture), 0.0)
-    (per_pixel,) = torch.gradient(aperture, dim=-1)
-    slope = per_pixel / pixel_size.to(torch.float64).view(-1, *[1] * (aperture.ndim - 1))
-    return 3 * log_aperture - math.log(12.0) + torch.log(wedge_factor(slope))
+def _log_wedge(aperture_slope: torch.Tensor) -> torch.Tensor:
+    """log C of the wedge factor along x and y, (B, 2, *shape), from the aperture slope (B, 2, *shape)."""
+    return torch.log(wedge_factor(aperture_slope))
 
 
 def baseline_log_t(
     name: str,
     log_aperture: torch.Tensor,
     active: torch.Tensor,
-    pixel_size: torch.Tensor,
     power_exponent: float,
-    log_inclination: torch.Tensor,
+    inclination: torch.Tensor,
+    aperture_slope: torch.Tensor,
 ) -> torch.Tensor | None:
-    """log T of baseline ``name`` on a batch of fractures, or None where it cannot be computed: ``power`` before its
-    exponent is fitted (``power_exponent`` NaN), ``wedge`` when a pixel size is unknown (NaN), ``inclined`` when
-    the walls are.
+    """The conductivity of baseline ``name`` on a batch of fractures in the solve's form (log T (B, *shape), per
+    axis (B, 2, H, W), or the tensor form (B, 3, H, W)), or None where it cannot be computed: ``power`` before its
+    exponent is fitted (``power_exponent`` NaN), ``wedge`` and ``mlcl`` where the aperture slope is unknown (no
+    voxel size), ``inclined`` and ``mlcl`` where the walls are.
 
     Args:
         name: one of :data:`BASELINE_NAMES`.
         log_aperture, active: (B, *shape) float64 and bool.
-        pixel_size: (B,) float64, metres per pixel (NaN where unknown).
         power_exponent: the fitted exponent a of ``power``.
-        log_inclination: (B, *shape) float64, log I of :mod:`flowlearn.data.inclination` (NaN where unknown).
+        inclination: (B, 3, *shape) float64, the inclination tensor of :mod:`flowlearn.data.inclination` in the
+            solve's tensor form (NaN where unknown).
+        aperture_slope: (B, 2, *shape) float64, (∂Ap/∂x, ∂Ap/∂y) of
+            :func:`~flowlearn.data.inclination.aperture_slope` (NaN where unknown).
     """
     if name == "uniform":
         return power_law_log_t(log_aperture, active, 0.0)
     if name == "ap2":
         return power_law_log_t(log_aperture, active, 2.0)
+    lcl = power_law_log_t(log_aperture, active, 3.0)
     if name == "lcl":
-        return power_law_log_t(log_aperture, active, 3.0)
+        return lcl
     if name == "power":
         return None if math.isnan(power_exponent) else power_law_log_t(log_aperture, active, power_exponent)
+    walls = bool(torch.isfinite(inclination).all())
+    slope = bool(torch.isfinite(aperture_slope).all())
     if name == "wedge":
-        known = bool(torch.isfinite(pixel_size).all() and (pixel_size > 0).all())
-        return wedge_corrected_log_t(log_aperture, active, pixel_size) if known else None
+        return lcl.unsqueeze(1) + _log_wedge(aperture_slope) if slope else None
     if name == "inclined":
-        known = bool(torch.isfinite(log_inclination).all())
-        return power_law_log_t(log_aperture, active, 3.0) + log_inclination if known else None
+        return tensor_law(lcl, inclination) if walls else None
+    if name == "mlcl":
+        if not (walls and slope):
+            return None
+        log_xx, log_yy, rho = tensor_law(lcl, inclination).unbind(1)
+        log_cx, log_cy = _log_wedge(aperture_slope).unbind(1)
+        return torch.stack([log_xx + log_cx, log_yy + log_cy, rho], dim=1)
     raise ValueError(f"unknown baseline {name!r}; the baselines are {', '.join(BASELINE_NAMES)}")

@@ -8,15 +8,18 @@ of :func:`~flowlearn.darcy.flux.outlet_flow_rate` is in the units of the data's 
 never the pressure.
 
 Every law maps ``log_aperture`` (natural log of the aperture in metres; any finite value at inactive pixels), the
-correction model's raw output ``raw``, the ``active`` mask and ``log_inclination`` (the log of the inclination
-factor I of the mid-surface, NaN where the walls are unknown; see :mod:`flowlearn.data.inclination`), all
-(B, *shape) (float64, float64, bool, float64), to the node log-conductivity (B, *shape) float64. Values at
-inactive pixels are finite and unused.
+correction model's raw output ``raw`` and the ``active`` mask, all (B, *shape) (float64, float64, bool), and
+``inclination``, the mid-surface's inclination tensor I (B, 3, *shape) float64 in the solve's tensor form
+(log I_xx, log I_yy, ρ), NaN where the walls are unknown (see :mod:`flowlearn.data.inclination`), to the
+conductivity the solve takes, float64: log T (B, *shape), or the tensor form (B, 3, H, W) (log T_xx, log T_yy, ρ)
+for a law that gives a tensor (see :mod:`flowlearn.darcy.conductivity`). Values at inactive pixels are finite and
+unused.
 
 The laws:
 
 - ``inclined`` (the default): T = Ap³/12 · I · W, the local cubic law of the gap normal to its inclined mid-surface,
-  projected onto the map (I = cos⁴θ for a slope along the flow); a fracture without walls gets I = 1, the LCL;
+  projected onto the map as a tensor (I_xx = cos⁴θ for a slope along the flow, cos²θ across it), W scaling all of
+  it; a fracture without walls gets I = the identity, the LCL;
 - ``lcl``: T = Ap³/12 · W, the local cubic law (LCL): the parallel-plate law applied to each pixel's aperture;
 - ``ap2``: T = Ā·Ap²/12 · W, the original work's k = Ap²/12 over a uniform thickness, here the fracture's mean
   aperture Ā (over its active pixels), so that a parallel-plate fracture gets the cubic law's flow rate; within a
@@ -50,6 +53,13 @@ def power_law_log_t(log_aperture: torch.Tensor, active: torch.Tensor, exponent: 
     return 3 * log_mean - math.log(12.0) + exponent * (log_aperture - log_mean)
 
 
+def tensor_law(log_t: torch.Tensor, inclination: torch.Tensor) -> torch.Tensor:
+    """The tensor form (B, 3, H, W) of T = exp(log_t) · I: a scalar law ``log_t`` (B, H, W) times the inclination
+    tensor I (B, 3, H, W, NaN where unknown: the identity there)."""
+    log_xx, log_yy, rho = torch.nan_to_num(inclination, nan=0.0).unbind(1)
+    return torch.stack([log_t + log_xx, log_t + log_yy, rho], dim=1)
+
+
 class PermeabilityLaw:
     """Base class of the laws a correction model trains through.
 
@@ -59,7 +69,7 @@ class PermeabilityLaw:
         correction_name: what :meth:`correction` returns, for outputs and figures ("W" or "w").
         has_flow_units: whether exp(log_k) is a transmissivity in m³, so that the solve's flow rate is physical
             and can be compared with (and trained on) the reference flow rate.
-        uses_walls: whether the law reads ``log_inclination``, which fractures without walls lack.
+        uses_walls: whether the law reads ``inclination``, which fractures without walls lack.
     """
 
     name: str = ""
@@ -73,9 +83,9 @@ class PermeabilityLaw:
         log_aperture: torch.Tensor,
         raw: torch.Tensor,
         active: torch.Tensor,
-        log_inclination: torch.Tensor,
+        inclination: torch.Tensor,
     ) -> torch.Tensor:
-        """Node log-conductivity; shapes and dtypes in the module docstring."""
+        """The conductivity the solve takes; shapes and dtypes in the module docstring."""
         raise NotImplementedError
 
     def correction(self, raw: torch.Tensor) -> torch.Tensor:
@@ -96,15 +106,16 @@ class LocalCubicLaw(PermeabilityLaw):
         log_aperture: torch.Tensor,
         raw: torch.Tensor,
         active: torch.Tensor,
-        log_inclination: torch.Tensor,
+        inclination: torch.Tensor,
     ) -> torch.Tensor:
         return 3 * log_aperture - math.log(12.0) + raw
 
 
 class InclinedCubicLaw(LocalCubicLaw):
     """T = Ap³/12 · I · W with W = exp(raw) > 0 starting at 1: the local cubic law of the gap normal to its inclined
-    mid-surface, I its inclination factor (:mod:`flowlearn.data.inclination`), corrected by W; the LCL (I = 1) where
-    the walls are unknown."""
+    mid-surface, I its inclination tensor (:mod:`flowlearn.data.inclination`), corrected by W; the LCL (I the
+    identity) where the walls are unknown. Returns the tensor form (B, 3, H, W) for maps, and the LCL's log T for
+    3D volumes, which have no mid-surface."""
 
     name = "inclined"
     uses_walls = True
@@ -114,10 +125,10 @@ class InclinedCubicLaw(LocalCubicLaw):
         log_aperture: torch.Tensor,
         raw: torch.Tensor,
         active: torch.Tensor,
-        log_inclination: torch.Tensor,
+        inclination: torch.Tensor,
     ) -> torch.Tensor:
-        lcl = super().log_k(log_aperture, raw, active, log_inclination)
-        return lcl + torch.nan_to_num(log_inclination, nan=0.0)
+        lcl = super().log_k(log_aperture, raw, active, inclination)
+        return tensor_law(lcl, inclination) if lcl.ndim == 3 else lcl
 
 
 class ApSquaredLaw(PermeabilityLaw):
@@ -131,7 +142,7 @@ class ApSquaredLaw(PermeabilityLaw):
         log_aperture: torch.Tensor,
         raw: torch.Tensor,
         active: torch.Tensor,
-        log_inclination: torch.Tensor,
+        inclination: torch.Tensor,
     ) -> torch.Tensor:
         return power_law_log_t(log_aperture, active, 2.0) + raw
 
@@ -152,7 +163,7 @@ class ExponentLaw(PermeabilityLaw):
         log_aperture: torch.Tensor,
         raw: torch.Tensor,
         active: torch.Tensor,
-        log_inclination: torch.Tensor,
+        inclination: torch.Tensor,
     ) -> torch.Tensor:
         return 2 * torch.relu(raw) * log_aperture
 

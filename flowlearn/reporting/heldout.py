@@ -2,8 +2,10 @@
 
 Reads a ``predictions.h5`` (a run's own, or what ``flowlearn predict`` wrote for new fractures), takes the
 fractures of one split, computes :data:`~flowlearn.training.metrics.METRICS` per fracture for the model and each
-baseline, and reports the median over fractures, and the fractures on which the model beats the local cubic law
-(LCL) in both the pressure's departure and the flow rate. Medians, because a few fractures must not decide.
+baseline, and reports the median over fractures, and the fractures on which the model beats the best closed form
+(per metric, the baseline of :data:`~flowlearn.models.baselines.CLOSED_FORMS` with the lowest median) and the local
+cubic law (LCL) in both the pressure's departure and the flow rate. Medians, because a few fractures must not
+decide. A fracture without a reference flow rate cannot be judged on both: it is counted apart, as "no flow rate".
 
     flowlearn evaluate outputs/<date>/<time>/predictions.h5            # the test split
     flowlearn evaluate predicted.h5 --split predict                    # fractures given to flowlearn predict
@@ -19,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
+from flowlearn.models.baselines import BASELINE_NAMES, CLOSED_FORMS, COMPARED, best_closed_form
 from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE, fracture_metrics
 from flowlearn.training.predictions import FractureFields, read_predictions
 
@@ -45,13 +47,23 @@ class HeldOut:
         values = values[np.isfinite(values)]
         return float(np.median(values)) if values.size else math.nan
 
-    def beats_lcl(self) -> np.ndarray:
-        """bool (fractures,): the model's departure and flow-rate errors are both below the LCL's (a fracture
-        without a flow rate is judged on the departure alone)."""
-        model, lcl = self.metrics[MODEL], self.metrics[COMPARED]
-        departure = model[DEPARTURE_ERR] < lcl[DEPARTURE_ERR]
-        flow = np.where(np.isfinite(lcl[FLOW_RATE_ERR]), model[FLOW_RATE_ERR] < lcl[FLOW_RATE_ERR], True)
-        return departure & flow
+    def best(self, metric: str) -> str | None:
+        """The closed form with the lowest median ``metric`` (:func:`~flowlearn.models.baselines.best_closed_form`),
+        or None where none has one."""
+        found = best_closed_form(
+            {row: self.median(row, metric) for row in self.metrics if row in CLOSED_FORMS}
+        )
+        return None if found is None else found[0]
+
+    def beats(self, departure_row: str, flow_row: str) -> tuple[np.ndarray, np.ndarray]:
+        """(judged, beaten), bool (fractures,) each: ``judged`` where the fracture has a reference flow rate (only
+        those can be judged on both), ``beaten`` where the model's departure error is below ``departure_row``'s and
+        its flow-rate error below ``flow_row``'s (False where not judged)."""
+        model = self.metrics[MODEL]
+        judged = np.isfinite(model[FLOW_RATE_ERR]) & np.isfinite(self.metrics[flow_row][FLOW_RATE_ERR])
+        departure = model[DEPARTURE_ERR] < self.metrics[departure_row][DEPARTURE_ERR]
+        flow = model[FLOW_RATE_ERR] < self.metrics[flow_row][FLOW_RATE_ERR]
+        return judged, judged & departure & flow
 
 
 def _metrics(fields: FractureFields, pressure: np.ndarray, flow_rate: float) -> dict[str, float]:
@@ -108,8 +120,9 @@ def _cell(value: float) -> str:
 
 
 def verdict_table(result: HeldOut) -> str:
-    """Markdown: one row per model and baseline, the median of each metric over fractures, and the model's
-    reduction of the LCL's median errors."""
+    """Markdown: one row per model and baseline, the median of each metric over fractures, the model's reduction of
+    the best closed form's and of the LCL's median errors, and on how many fractures the model beats each in both
+    departure and flow rate (fractures without a reference flow rate counted apart)."""
     lines = [
         f"{len(result.names)} fractures; medians over fractures",
         "",
@@ -120,14 +133,47 @@ def verdict_table(result: HeldOut) -> str:
         label = f"power (a = {result.power_exponent:.2f})" if row == "power" else row
         cells = [_cell(result.median(row, m)) for m in VERDICT_METRICS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    reduction = [1 - result.median(MODEL, m) / result.median(COMPARED, m) for m in VERDICT_METRICS]
-    changes = (
-        "n/a" if math.isnan(r) else f"{r:.0%} lower" if r >= 0 else f"{-r:.0%} higher" for r in reduction
-    )
-    lines.append("| model vs LCL | " + " | ".join(changes) + " |")
-    beats = result.beats_lcl()
-    lines += [
-        "",
-        f"the model beats the LCL (departure and flow rate) on {beats.sum()} of {beats.size} fractures",
-    ]
+    best = {m: result.best(m) for m in VERDICT_METRICS}
+    for label, against in (
+        ("model vs best closed form", best),
+        ("model vs LCL", dict.fromkeys(VERDICT_METRICS, COMPARED)),
+    ):
+        cells = []
+        for metric in VERDICT_METRICS:
+            row = against[metric]
+            reduction = (
+                math.nan if row is None else 1 - result.median(MODEL, metric) / result.median(row, metric)
+            )
+            change = (
+                "n/a"
+                if math.isnan(reduction)
+                else f"{reduction:.0%} lower"
+                if reduction >= 0
+                else (f"{-reduction:.0%} higher")
+            )
+            cells.append(change if row is None or label.endswith("LCL") else f"{change} ({row})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for name, (departure_row, flow_row) in (
+        ("the best closed form", (best[DEPARTURE_ERR], best[FLOW_RATE_ERR])),
+        ("the LCL", (COMPARED, COMPARED)),
+    ):
+        if departure_row is None or flow_row is None:
+            continue
+        judged, beaten = result.beats(departure_row, flow_row)
+        which = f" ({departure_row})" if departure_row == flow_row else f" ({departure_row}; {flow_row})"
+        line = (
+            f"the model beats {name}{which if name != 'the LCL' else ''} (departure and flow rate) on "
+            f"{int(beaten.sum())} of {int(judged.sum())} fractures"
+        )
+        unjudged = int((~judged).sum())
+        if unjudged:
+            departure_better = (
+                result.metrics[MODEL][DEPARTURE_ERR] < result.metrics[departure_row][DEPARTURE_ERR]
+            )
+            line += (
+                f"; {unjudged} with no flow rate are not counted (its departure error lower on "
+                f"{int((departure_better & ~judged).sum())} of them)"
+            )
+        lines.append(line)
     return "\n".join(lines)

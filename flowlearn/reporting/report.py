@@ -36,6 +36,9 @@ SWEEP_COLUMNS = (
     (metrics.column("test", metrics.IMPROVEMENT), "test improvement over LCL (%)"),
     (metrics.column("test", metrics.FLOW_RATE_ERR), "test flow-rate error (%)"),
     (metrics.column("test", metrics.FLOW_RATE_ERR, COMPARED), "test LCL flow-rate error (%)"),
+    (metrics.column("test", metrics.DEPARTURE_ERR), "test departure error"),
+    (metrics.column("test", metrics.DEPARTURE_ERR, "mlcl"), "test mlcl departure error"),
+    (metrics.column("test", metrics.FLOW_RATE_ERR, "mlcl"), "test mlcl flow-rate error (%)"),
 )
 
 

@@ -90,6 +90,9 @@ def _writable_dir(key: str, directory: str) -> None:
 # The loosest solver tolerance a training run accepts: the relative accuracy of the reference pressures themselves
 # (an LBM run stops when the velocity changes by less than 1e-6 over its check interval).
 LOOSEST_SOLVER_TOLERANCE = 1e-6
+# The widest smoothing of the mid-surface, in mean apertures: beyond it every map is flat, and the Gaussian's
+# weights (4 standard deviations each side) grow with it.
+MAX_SLOPE_SMOOTHING = 100.0
 
 
 def _check(ok: bool, message: str) -> None:
@@ -139,6 +142,7 @@ def validate_config(cfg: DictConfig) -> None:
     # data
     _positive(cfg, "data.batch_size", integer=True)
     _integer(cfg, "data.num_workers", low=0)
+    _number(cfg, "data.slope_smoothing", 0, strict=False, high=MAX_SLOPE_SMOOTHING)
     fractions = OmegaConf.select(cfg, "data.fractions")
     if fractions is not None:
         values = list(fractions) if OmegaConf.is_list(fractions) else [fractions]

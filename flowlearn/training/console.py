@@ -7,8 +7,8 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-from flowlearn.models.baselines import COMPARED
-from flowlearn.training.metrics import FLOW_RATE_ERR, MSE, REL_ERR_MEAN, column
+from flowlearn.models.baselines import CLOSED_FORMS, COMPARED, best_closed_form
+from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE, column
 
 
 def quiet_lightning() -> None:
@@ -32,20 +32,37 @@ def quiet_lightning() -> None:
 
 
 def summary(metrics: Mapping[str, float], run_dir: Path) -> str:
-    """One line on what a run achieved: the MSE and mean relative error (%) of the model and of the local cubic law
-    (LCL, T = Ap³/12), and their flow-rate errors (%) where the run logged them.
+    """One line on what a run achieved beside the physics it must beat: per metric (departure error, flow-rate error
+    in %, MSE; those the run logged), the model's value, then the best closed form's (the baseline of
+    :data:`~flowlearn.models.baselines.CLOSED_FORMS` with the lowest value, named) and the local cubic law's (LCL).
 
-    Uses the test split when the run had one, else validation; e.g.
-    ``done: test MSE 1.2e-04 (LCL 3.4e-04), mean error 0.71 % (LCL 1.52 %), flow-rate error 4.1 % (LCL 21 %);
-    outputs in <run_dir>``.
+    Uses the test split when the run had one, else validation; e.g. ``done: test departure error 0.0104 (best
+    closed form mlcl 0.011, LCL 0.0711), flow-rate error 0.93 % (best closed form inclined 1.41 %, LCL 44.3 %), MSE
+    1.2e-05 (best closed form mlcl 1.3e-05, LCL 0.000758); outputs in <run_dir>``.
     """
     for stage in ("test", "val"):
-        pairs = [(column(stage, name), column(stage, name, COMPARED)) for name in (MSE, REL_ERR_MEAN)]
-        if all(model in metrics and baseline in metrics for model, baseline in pairs):
-            (mse, lcl_mse), (err, lcl_err) = ((metrics[m], metrics[b]) for m, b in pairs)
-            line = f"done: {stage} MSE {mse:.3g} (LCL {lcl_mse:.3g}), mean error {err:.3g} % (LCL {lcl_err:.3g} %)"
-            flow, lcl_flow = column(stage, FLOW_RATE_ERR), column(stage, FLOW_RATE_ERR, COMPARED)
-            if flow in metrics and lcl_flow in metrics:
-                line += f", flow-rate error {metrics[flow]:.3g} % (LCL {metrics[lcl_flow]:.3g} %)"
-            return f"{line}; outputs in {run_dir}"
+        if column(stage, MSE) not in metrics:
+            continue
+        parts = []
+        for name, label, unit in (
+            (DEPARTURE_ERR, "departure error", ""),
+            (FLOW_RATE_ERR, "flow-rate error", " %"),
+            (MSE, "MSE", ""),
+        ):
+            if column(stage, name) not in metrics:
+                continue
+            beside = []
+            values = {
+                b: metrics[column(stage, name, b)] for b in CLOSED_FORMS if column(stage, name, b) in metrics
+            }
+            best = best_closed_form(values)
+            if best is not None and best[0] != COMPARED:
+                beside.append(f"best closed form {best[0]} {best[1]:.3g}{unit}")
+            if COMPARED in values:
+                beside.append(f"LCL {values[COMPARED]:.3g}{unit}")
+            parts.append(
+                f"{label} {metrics[column(stage, name)]:.3g}{unit}"
+                + (f" ({', '.join(beside)})" if beside else "")
+            )
+        return f"done: {stage} {', '.join(parts)}; outputs in {run_dir}"
     return f"done: outputs in {run_dir}"

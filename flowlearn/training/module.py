@@ -214,17 +214,23 @@ class FractureFlowModule(L.LightningModule):
         return torch.where(batch["active"], torch.log(aperture.clamp_min(tiny)), 0.0)
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
-        """Predicted fields for a batch: ``raw``, ``correction`` (W, or w for the exponent law), ``log_k`` and
-        ``pressure`` (NaN where a fracture is inactive), all float64 (B, *shape), and ``flow_rate`` (B,) float64, the
-        outlet flow rate (NaN for a law without flow-rate units)."""
+        """Predicted fields for a batch: ``raw``, ``correction`` (W, or w for the exponent law) and ``pressure`` (NaN
+        where a fracture is inactive), all float64 (B, *shape), ``log_k``, the law's conductivity in the solve's
+        form (B, *shape), or (B, 3, H, W) for a tensor law, and ``flow_rate`` (B,) float64, the outlet flow rate (NaN
+        for a law without flow-rate units)."""
         log_aperture = self.log_aperture(batch)
         raw = self.correction(batch["inputs"])
-        log_k = self.law.log_k(log_aperture, raw, batch["active"], batch["log_inclination"])
+        log_k = self.law.log_k(log_aperture, raw, batch["active"], batch["inclination"])
         problems = self._problems_of(batch)
-        pressure = torch.stack([self._solve(log_k[i], problem) for i, problem in enumerate(problems)])
+        # One fracture at a time (each has its own problem), each a batch of one: the conductivity's form is read
+        # from its shape, and a per-axis or tensor field has no unbatched shape.
+        pressure = torch.cat([self._solve(log_k[i : i + 1], problem) for i, problem in enumerate(problems)])
         if self.law.has_flow_units:
-            flow_rate = torch.stack(
-                [outlet_flow_rate(log_k[i], pressure[i], problem) for i, problem in enumerate(problems)]
+            flow_rate = torch.cat(
+                [
+                    outlet_flow_rate(log_k[i : i + 1], pressure[i : i + 1], problem)
+                    for i, problem in enumerate(problems)
+                ]
             )
         else:
             flow_rate = torch.full((len(problems),), math.nan, dtype=torch.float64, device=pressure.device)
@@ -249,22 +255,22 @@ class FractureFlowModule(L.LightningModule):
     def baseline_solutions(self, batch: dict, index: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """Pressure (*shape, float64, NaN where inactive) and outlet flow rate (0-d float64) of every baseline that
         applies to fracture ``index`` of the batch, by baseline name (``power`` is absent before its exponent is
-        fitted, ``wedge`` where the voxel size is unknown, ``inclined`` where the walls are)."""
+        fitted, ``wedge`` where the voxel size is unknown, ``inclined`` where the walls are, ``mlcl`` where
+        either is)."""
         log_aperture = self.log_aperture(batch)[index : index + 1]
         active = batch["active"][index : index + 1]
-        pixel_size = batch["voxel_size"][index : index + 1].to(torch.float64)
-        log_inclination = batch["log_inclination"][index : index + 1].to(torch.float64)
+        inclination, slope = (
+            batch[k][index : index + 1].to(torch.float64) for k in ("inclination", "aperture_slope")
+        )
         problem = self.problem(
             batch["name"][index], batch["active"][index], *self._heads(batch, index), baseline=True
         )
         solutions = {}
         for name in BASELINE_NAMES:
-            log_t = baseline_log_t(
-                name, log_aperture, active, pixel_size, float(self.power_exponent), log_inclination
-            )
+            log_t = baseline_log_t(name, log_aperture, active, float(self.power_exponent), inclination, slope)
             if log_t is not None:
-                pressure = self._solve(log_t[0], problem)
-                solutions[name] = (pressure, outlet_flow_rate(log_t[0], pressure, problem))
+                pressure = self._solve(log_t, problem)
+                solutions[name] = (pressure[0], outlet_flow_rate(log_t, pressure, problem)[0])
         return solutions
 
     def _baseline_metrics_of(
@@ -311,7 +317,7 @@ class FractureFlowModule(L.LightningModule):
                 batch = as_batch(dataset[index], self.device)
                 (problem,) = self._problems_of(batch, baseline=True)
                 log_t = power_law_log_t(self.log_aperture(batch), batch["active"], exponent)
-                pressure = self._solve(log_t[0], problem).unsqueeze(0)
+                pressure = self._solve(log_t, problem)
                 free = torch.from_numpy(problem.free).unsqueeze(0).to(pressure.device)
                 nan = torch.full((1,), math.nan, dtype=torch.float64, device=self.device)
                 heads = (batch["inlet_pressure"], batch["outlet_pressure"])

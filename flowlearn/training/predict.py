@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from flowlearn.data.datamodule import FractureDataset, find_fractures
-from flowlearn.data.inclination import NO_WALLS, fractures_without_inclination
+from flowlearn.data.inclination import NO_WALLS, SMOOTHING, fractures_without_inclination
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.schema import read_fracture
 from flowlearn.data.statistics import aperture_statistics, out_of_range
@@ -41,7 +41,7 @@ def predict(
     paths = [str(p) for p in inputs]
     # The inputs first: a bad file is found before the model is loaded.
     refs = find_fractures(paths)
-    module, _ = load_run(run_dir, checkpoint)
+    module, cfg = load_run(run_dir, checkpoint)
     needs, needed_by = module.correction.inputs, f"the model of {run_dir} reads"
     require_inputs(paths, needs, needed_by)
     if module.law.uses_walls:
@@ -56,7 +56,11 @@ def predict(
         known = not math.isnan(fracture.voxel_size)
         for line in out_of_range(aperture_statistics(fracture), module.training_statistics, known):
             warn(f"{ref.path}: group '{ref.name}': {line}")
-    dataset = FractureDataset(refs, require_pressure=False, inputs=needs, needed_by=needed_by)
+    # The run's own smoothing of the mid-surface: the inclination tensor its law and baselines were trained with.
+    smoothing = cfg.data.get("slope_smoothing", SMOOTHING)
+    dataset = FractureDataset(
+        refs, require_pressure=False, inputs=needs, needed_by=needed_by, slope_smoothing=smoothing
+    )
     try:
         return write_predictions(module, [("predict", dataset)], output)
     finally:

@@ -5,8 +5,9 @@ One group per fracture (named like the input, ``<file stem>/<group>`` flattened 
 with datasets shaped like the aperture map (float64 but ``active``):
 
 - ``aperture`` (m), ``active`` (bool);
-- ``correction``: the learned W (laws ``lcl`` and ``ap2``) or exponent w (law ``exponent``);
-- ``log_k``: natural log of the conductivity the solve used;
+- ``correction``: the learned W (laws ``inclined``, ``lcl`` and ``ap2``) or exponent w (law ``exponent``);
+- ``log_k``: natural log of the conductivity the solve used; for a tensor law (``inclined``) (3, H, W), the solve's
+  tensor form (log T_xx, log T_yy, ρ = T_xy/√(T_xx T_yy)) (see :mod:`flowlearn.darcy.conductivity`);
 - ``pressure``: the model's pressure (NaN at inactive pixels);
 - ``pressure_<baseline>``: each baseline's (:mod:`flowlearn.models.baselines`), for the baselines that apply;
 - ``pressure_reference``: the reference (LBM) pressure of the input, absent where the input has none;
@@ -55,7 +56,7 @@ class FractureFields:
         aperture: aperture map (m, or the source's unit when ``voxel_size`` is NaN).
         active: bool, pixels that carry flow.
         correction: the learned W or w.
-        log_k: natural log of the conductivity the solve used.
+        log_k: natural log of the conductivity the solve used, (H, W), or (3, H, W) in the tensor form.
         pressure: the model's pressure, NaN where no flow was solved.
         pressure_reference: reference (LBM) pressure, None where the input had none (an aperture map to predict on).
         baseline_pressures: each applicable baseline's pressure, by baseline name.

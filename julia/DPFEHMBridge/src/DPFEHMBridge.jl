@@ -19,7 +19,7 @@ import DPFEHM
 import LinearAlgebra
 import Zygote
 
-export Problem, pressure, pressure_pullback, solve
+export Problem, pressure, pressure_pullback, solve, solve_edges
 
 # The forward solve must reach reltol; this margin absorbs rounding differences between the multigrid's own
 # residual and the independent re-evaluation in `check_converged`.
@@ -134,7 +134,37 @@ function steadystate(logK, dirichleths, Qs, problem::Problem)
     Ks = exp.((logK[problem.ends_a] .+ logK[problem.ends_b]) ./ 2)
     h = DPFEHM.groundwater_steadystate(Ks, problem.neighbors, problem.areasoverlengths, problem.dirichletnodes,
                                        dirichleths, Qs; reltol=problem.reltol, maxiter=problem.maxiter)
-    check_converged(h, Ks, dirichleths, Qs, problem)
+    check_converged(h, Ks, problem.neighbors, problem.areasoverlengths, dirichleths, Qs, problem)
+    return h
+end
+
+"""
+    solve_edges(Ts, ends_a, ends_b, heads, sources, problem) -> h
+
+Head (metres) at every node, node order, for a system given edge by edge: edge `e` joins nodes `ends_a[e]` and
+`ends_b[e]` (1-based, node order) with transmissibility `Ts[e] ≥ 0` (DPFEHM's `Ks[e] * areasoverlengths[e]`),
+Dirichlet `heads` and `sources` as for [`solve`](@ref). This is how flowlearn hands DPFEHM a conductivity per node
+and axis, or the 9-point edges of a full 2D transmissivity tensor, whose diagonal edges DPFEHM's regular grid does
+not list: DPFEHM's per-edge conductivities with unit areas over lengths. Edges must join active nodes; the
+problem's Dirichlet set and tolerance apply.
+"""
+function solve_edges(Ts::AbstractVector{<:Real}, ends_a::AbstractVector{<:Integer},
+                     ends_b::AbstractVector{<:Integer}, heads::AbstractVector{<:Real},
+                     sources::AbstractVector{<:Real}, problem::Problem)
+    length(ends_a) == length(ends_b) == length(Ts) ||
+        throw(DimensionMismatch("$(length(Ts)) transmissibilities for $(length(ends_a)) and $(length(ends_b)) ends"))
+    for (name, values) in (("heads", heads), ("sources", sources))
+        length(values) == problem.numnodes ||
+            throw(DimensionMismatch("$name has $(length(values)) entries for $(problem.numnodes) nodes"))
+    end
+    all(t -> t >= 0, Ts) || throw(ArgumentError("edge transmissibilities must be >= 0"))
+    dirichleths, Qs = conditions(problem.fixed, problem.free, heads, sources)
+    neighbors = Pair{Int, Int}.(ends_a, ends_b)
+    Ks = collect(Float64, Ts)
+    unit = ones(length(Ks))
+    h = DPFEHM.groundwater_steadystate(Ks, neighbors, unit, problem.dirichletnodes, dirichleths, Qs;
+                                       reltol=problem.reltol, maxiter=problem.maxiter)
+    check_converged(h, Ks, neighbors, unit, dirichleths, Qs, problem)
     return h
 end
 
@@ -150,10 +180,10 @@ end
 
 # DPFEHM's multigrid returns silently at its iteration limit; re-evaluate the residual of the free-node equations
 # (the same equations DPFEHM assembles, with unit storage and volume) and refuse an unconverged head.
-function check_converged(h, Ks, dirichleths, Qs, problem::Problem)
+function check_converged(h, Ks, neighbors, areasoverlengths, dirichleths, Qs, problem::Problem)
     isfree, _, _ = DPFEHM.getfreenodes(problem.numnodes, problem.dirichletnodes)
     unit = ones(problem.numnodes)
-    args = (Ks, problem.neighbors, problem.areasoverlengths, problem.dirichletnodes, dirichleths, Qs, unit, unit)
+    args = (Ks, neighbors, areasoverlengths, problem.dirichletnodes, dirichleths, Qs, unit, unit)
     residual = LinearAlgebra.norm(DPFEHM.groundwater_residuals(h[isfree], args...))
     initial = LinearAlgebra.norm(DPFEHM.groundwater_residuals(zeros(count(isfree)), args...))
     if !(residual <= CONVERGENCE_MARGIN * problem.reltol * initial)
@@ -163,6 +193,6 @@ function check_converged(h, Ks, dirichleths, Qs, problem::Problem)
     return nothing
 end
 
-ChainRulesCore.@non_differentiable check_converged(::Any, ::Any, ::Any, ::Any, ::Any)
+ChainRulesCore.@non_differentiable check_converged(::Any, ::Any, ::Any, ::Any, ::Any, ::Any, ::Any)
 
 end
