@@ -265,7 +265,9 @@ class TestDPFEHMAgainstNative:
         # to log K, the Dirichlet values and the sources (DPFEHM's multigrid stops at a relative residual of 1e-12).
         from flowlearn.darcy.solve import solve_pressure
 
-        weights = torch.randn(log_k.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        weights = torch.randn(
+            problem.grid.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
+        )
         conditions = [torch.from_numpy(problem.dirichlet_values), torch.from_numpy(problem.sources)]
         results = []
         for engine in ("superlu", solver):
@@ -282,6 +284,17 @@ class TestDPFEHMAgainstNative:
 
         log_k = torch.randn(1, 32, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
         self._compare(solver, log_k, DarcyProblem.fracture((32, 40)))
+
+    @pytest.mark.parametrize("channels", [2, 3], ids=["per_axis", "tensor"])
+    def test_per_axis_and_tensor_conductivities_reach_dpfehm_edge_by_edge(self, solver, channels):
+        from flowlearn.darcy.problem import DarcyProblem
+
+        field = torch.randn(
+            1, channels, 24, 30, dtype=torch.float64, generator=torch.Generator().manual_seed(3)
+        )
+        if channels == 3:  # the correlation of a positive-definite tensor, of both signs
+            field[:, 2] = 0.4 * torch.tanh(field[:, 2])
+        self._compare(solver, field, DarcyProblem.fracture((24, 30)))
 
     def test_3d_with_sources_and_inactive_nodes(self, solver):
         from flowlearn.darcy.grid import Grid

@@ -109,13 +109,13 @@ def test_without_walls_or_voxel_size_the_tensor_is_unknown_and_the_inclined_law_
 
 
 def _winding_plates(seed: int) -> list[Fracture]:
-    """One self-affine mid-surface with a uniform gap of 8 voxels (the embedded dataset's mean aperture), sampled on
-    32², 64² and 128² pixels of the same square: the same walls seen ever more finely, each sampling resolving
-    shorter roughness. The walls are periodic, so each coarser sampling is the finest one's Fourier series cut at
-    its Nyquist wavenumber, as the generator would synthesise it on that grid."""
-    finest, gap = 128, 32 * VOXEL
+    """One self-affine mid-surface with a uniform gap, sampled on 64², 128² and 256² pixels of the same square: at
+    the coarsest, the embedded dataset's maps (64², a gap of 8 voxels); then the same walls seen ever more finely,
+    each sampling resolving shorter roughness. The walls are periodic, so each coarser sampling is the finest one's
+    Fourier series cut at its Nyquist wavenumber, as the generator would synthesise it on that grid."""
+    finest, gap = 256, 32 * VOXEL
     params = RoughnessParams(
-        (finest, finest), hurst=0.7, rms=20.0, mean_aperture=0.0, mismatch_length=1e9, seed=seed
+        (finest, finest), hurst=0.7, rms=12.0, mean_aperture=0.0, mismatch_length=1e9, seed=seed
     )
     middle = rough_fracture(params).bottom * VOXEL
     fractures = []
@@ -129,7 +129,7 @@ def _winding_plates(seed: int) -> list[Fracture]:
     return fractures
 
 
-@pytest.mark.parametrize("seed", [4, 5, 8, 9])
+@pytest.mark.parametrize("seed", range(8))
 def test_finer_sampling_of_the_same_walls_leaves_the_flow_rate_within_two_percent(seed):
     # Relative to the LCL of the same uniform gap (the same for every sampling, up to the map's pixel count).
     fractures = _winding_plates(seed)
@@ -143,13 +143,14 @@ def test_finer_sampling_of_the_same_walls_leaves_the_flow_rate_within_two_percen
             ]
         )
 
-    # Realistic walls: an rms slope of the smoothed mid-surface within the published 0.05-0.4.
+    # Walls that wind as real ones do: an rms slope of the smoothed mid-surface in the upper half of the published
+    # 0.05-0.4 (JRC 0-20).
     middle = 0.5 * (fractures[-1].bottom + fractures[-1].top)
     slope_x, slope_y = smoothed_gradient(middle, VOXEL, fractures[-1].aperture[0, 0])
-    assert 0.2 < math.sqrt(np.mean(slope_x**2 + slope_y**2)) < 0.4
+    assert 0.2 < math.sqrt(np.mean(slope_x**2 + slope_y**2)) < 0.45
     smoothed = ratios(1.0)
     assert np.ptp(smoothed) / smoothed[-1] < 0.02, smoothed
-    assert smoothed.max() < 0.96  # the walls wind: the inclination matters at all
+    assert smoothed.max() < 0.95  # the walls wind: the inclination matters at all
     # Slopes taken pixel by pixel grow as the walls are sampled more finely: the flow rate keeps falling.
     raw = ratios(0.0)
     assert np.all(np.diff(raw) < 0) and raw[0] / raw[-1] > 1.5, raw

@@ -109,6 +109,12 @@ class SystemLayout:
         return self.indices.size
 
     @cached_property
+    def diagonal_positions(self) -> np.ndarray:
+        """int64 (num_free,): where each column's diagonal entry sits in the CSC storage."""
+        columns = np.repeat(np.arange(self.num_free), np.diff(self.indptr))
+        return np.flatnonzero(self.indices == columns)
+
+    @cached_property
     def value_mask(self) -> np.ndarray:
         """bool (num_values,): the entries of a field that must be finite: every active node's (per axis, for the
         axes form), and every edge's transmissibility that enters the system."""

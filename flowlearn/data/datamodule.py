@@ -15,7 +15,7 @@ A batch is a dict:
 - ``inclination``: float (B, 3, H, W), the mid-surface's inclination tensor in the solve's tensor form
   (log I_xx, log I_yy, ρ), its slope smoothed over ``slope_smoothing`` mean apertures (see
   :mod:`flowlearn.data.inclination`), NaN for a fracture without walls;
-- ``aperture_slope``: float (B, 2, H, W), (∂Ap/∂x, ∂Ap/∂y) of the walls' separation, or of the map without walls
+- ``aperture_slope``: float (B, 2, H, W), (∂Ap/∂x, ∂Ap/∂y) of the aperture map
   (:func:`~flowlearn.data.inclination.aperture_slope`), NaN where the voxel size is unknown;
 - ``name``: list of B strings, ``"<file stem>/<group>"``.
 
@@ -245,8 +245,9 @@ class FractureDataModule(L.LightningDataModule):
         dtype: dtype of the float tensors.
         num_workers: DataLoader worker processes; HDF5 handles are opened inside each worker.
         inputs: names of the input channels each batch carries (see :mod:`flowlearn.data.inputs`).
-        slope_smoothing: the standard deviation, in mean apertures, of the Gaussian that smooths the mid-surface
-            before its slope makes the inclination tensor (:mod:`flowlearn.data.inclination`); 0 for none.
+        slope_smoothing: the width (full width at half maximum), in mean apertures, of the Gaussian that smooths
+            the mid-surface before its slope makes the inclination tensor (:mod:`flowlearn.data.inclination`); 0 for
+            none.
     """
 
     def __init__(

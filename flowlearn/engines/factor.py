@@ -234,12 +234,12 @@ class FactorEngine(Engine):
             result = self._with_factor(state, entry, role, matrix, rhs)
             if result is not None:
                 return result
-        elif (budget := self._budget(state, entry)) and self._close(entry, matrix.data):
+        elif (budget := self._budget(state, entry)) and self._close(state, entry, matrix.data):
             entry.factor.preconditions_others()
             result = self._pcg(state, entry, role, matrix, rhs, budget)
             if result is not None:
                 return result
-        expect_reuse = self.reuse and entry.factor is not None and self._close(entry, matrix.data)
+        expect_reuse = self.reuse and entry.factor is not None and self._close(state, entry, matrix.data)
         self._factorize(state, entry, matrix, expect_reuse)
         result = self._with_factor(state, entry, role, matrix, rhs)
         if result is None and entry.factor.give_way_after is not None:
@@ -278,15 +278,18 @@ class FactorEngine(Engine):
         budget = int(state.factor_seconds / state.apply_seconds)
         return min(budget, 50) if budget >= 3 else 0
 
-    def _close(self, entry: _Slot, data: np.ndarray) -> bool:
+    def _close(self, state: FactorState, entry: _Slot, data: np.ndarray) -> bool:
         """Whether ``data`` is near enough to the slot's factored matrix for its factor to precondition CG."""
         if entry.closeness is None or entry.closeness[0] is not data:
             reference, change = entry.factored_data, self.max_change
             if data.size != reference.size:
                 close = False
             else:
+                layout = state.layout
                 with kernel_threads(data.size):
-                    close = _ratios_within(data, reference, 1 - change, 1 + change)
+                    close = _ratios_within(
+                        data, reference, 1 - change, 1 + change, layout.indptr, layout.diagonal_positions
+                    )
             entry.closeness = (data, close)
         return entry.closeness[1]
 
@@ -428,19 +431,33 @@ def _single_threaded_blas():
     return _blas_controller().limit(limits=1, user_api="blas")
 
 
+# Any entry may also change by this fraction of its column's old diagonal, times the allowed relative change, for
+# the old factor still to precondition, however much that is relative to the entry itself: a full tensor's
+# couplings pass through 0 (a cross term whose sign flips moves its weight from one diagonal to the other; an axis
+# edge whose weight the cross terms use up), where a relative change means nothing to the preconditioner.
+NEW_COUPLING = 0.01
+
+
 @njit(nogil=True, parallel=True, cache=True, error_model="numpy")
-def _ratios_within(data, reference, low, high):  # pragma: no cover - compiled
-    """Whether low <= data / reference <= high entrywise (not where an old entry was 0: a NaN or inf ratio). One
-    pass on the caller's numba threads, in chunks that each stop at their first entry outside, where numpy's
-    ratio, min and max took three passes on one core (20 ms at 1024x1024)."""
+def _ratios_within(data, reference, low, high, indptr, diagonal):  # pragma: no cover - compiled
+    """Whether every entry of a CSC matrix (pointers ``indptr``, each column's diagonal entry at ``diagonal``) is
+    within [low, high] times its old value, or has moved by at most NEW_COUPLING * (high - 1) of its column's old
+    diagonal. One pass on the caller's numba threads, in chunks of columns that each stop at their first entry
+    outside, where numpy's ratio, min and max took three passes on one core (20 ms at 1024x1024)."""
+    columns = indptr.size - 1
     chunks = 64
-    size = -(-data.size // chunks)
+    size = -(-columns // chunks)
     inside = np.ones(chunks, dtype=np.bool_)
     for chunk in prange(chunks):
-        for k in range(chunk * size, min((chunk + 1) * size, data.size)):
-            ratio = data[k] / reference[k]
-            if not low <= ratio <= high:
-                inside[chunk] = False
+        for column in range(chunk * size, min((chunk + 1) * size, columns)):
+            allowed = NEW_COUPLING * (high - 1) * abs(reference[diagonal[column]])
+            for k in range(indptr[column], indptr[column + 1]):
+                if abs(data[k] - reference[k]) > allowed:
+                    ratio = data[k] / reference[k]  # NaN or inf where the old entry was 0: outside
+                    if not low <= ratio <= high:
+                        inside[chunk] = False
+                        break
+            if not inside[chunk]:
                 break
     return inside.all()
 

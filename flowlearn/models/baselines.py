@@ -14,16 +14,18 @@ their logged metrics:
   <flowlearn.training.module.FractureFlowModule.fit_power_exponent>`);
 - ``wedge``: the LCL with the Stokes-flow correction for non-parallel walls of Nicholl et al. (1999), in the form of
   Brush & Thomson (2003), eq. (33) (see :func:`wedge_factor`), along each axis: T_xx = Ap³/12 · C(∂Ap/∂x),
-  T_yy = Ap³/12 · C(∂Ap/∂y). The aperture gradient is that of the smooth walls' separation where a fracture has
-  walls, else of its aperture map (:func:`~flowlearn.data.inclination.aperture_slope`); it is a ratio of lengths,
-  so the baseline is absent for fractures whose voxel size is unknown;
+  T_yy = Ap³/12 · C(∂Ap/∂y), with the aperture map's gradient (:func:`~flowlearn.data.inclination.aperture_slope`,
+  which says why the map's and not the walls'); it is a ratio of lengths, so the baseline is absent for fractures
+  whose voxel size is unknown;
 - ``inclined``: T = Ap³/12 · I, the LCL of the gap normal to its inclined mid-surface, projected onto the map as a
   tensor (I_xx = cos⁴θ for a slope θ along the flow, cos²θ across it; after Ge 1997; see
   :mod:`flowlearn.data.inclination`). It needs the walls and is absent for fractures without them. Its law,
   ``law=inclined``, is what the default model corrects;
 - ``mlcl``: the strongest closed form, with no fitted parameter: the inclination tensor times the wedge factor
   along each axis, T_xx = Ap³/12 · I_xx · C(∂Ap/∂x), T_yy = Ap³/12 · I_yy · C(∂Ap/∂y), T_xy = Ap³/12 · I_xy ·
-  √(C_x C_y) (the tensor's correlation ρ unchanged). It needs the walls and the voxel size.
+  √(C_x C_y) (the tensor's correlation ρ unchanged). It needs the walls and the voxel size. Of the roughness
+  corrections, the wedge factor of Brush & Thomson (2003) is the one here; the roughness term of Wang et al.
+  (2015) is not implemented.
 
 The closed forms, :data:`CLOSED_FORMS` (``lcl``, ``wedge``, ``inclined``, ``mlcl``: physics with no parameter fitted
 to data), are what a learned model must beat: :func:`best_closed_form` picks, per metric, the one that does best,

@@ -110,6 +110,34 @@ end
         @test_throws DimensionMismatch solve(logK, zeros(3), nodes(sources), problem)
     end
 
+    @testset "solve_edges with the geometric-mean edges is solve, and takes any edges" begin
+        H, W = 7, 6
+        mins, maxs, ns, dz = [0.0, 0.0], [2.0, 3.0], [W, H], 0.3
+        dirichlet = falses(H, W); dirichlet[1, :] .= true; dirichlet[4, 6] = true
+        values, sources = 1.0 .+ rand(H, W), zeros(H, W)
+        sources[5, 2] = 0.7
+        logK = randn(H * W)
+        problem = Problem(mins, maxs, ns, dz, nodes(dirichlet), nodes(values), nodes(sources))
+        neighbors, aol = DPFEHMBridge.grid(mins, maxs, ns, dz)
+        ends_a, ends_b = first.(neighbors), last.(neighbors)
+        Ts = exp.((logK[ends_a] .+ logK[ends_b]) ./ 2) .* aol
+        @test solve_edges(Ts, ends_a, ends_b, nodes(values), nodes(sources), problem) ≈
+              solve(logK, nodes(values), nodes(sources), problem) rtol = 1e-9
+        # A diagonal edge of weight w is the dense reference's assembly with that edge added.
+        diagonal_a, diagonal_b = 2, 2 + H + 1  # (r=2, c=1) to (r=3, c=2), 1-based node order
+        with = solve_edges([Ts; 0.4], [ends_a; diagonal_a], [ends_b; diagonal_b], nodes(values), nodes(sources),
+                           problem)
+        A = zeros(H * W, H * W)
+        for (a, b, t) in zip([ends_a; diagonal_a], [ends_b; diagonal_b], [Ts; 0.4])
+            A[a, a] += t; A[b, b] += t; A[a, b] -= t; A[b, a] -= t
+        end
+        fixed, h = nodes(dirichlet), copy(nodes(values))
+        h[.!fixed] = A[.!fixed, .!fixed] \ (nodes(sources)[.!fixed] .- A[.!fixed, fixed] * h[fixed])
+        @test with ≈ h rtol = 1e-9
+        @test_throws ArgumentError solve_edges(-Ts, ends_a, ends_b, nodes(values), nodes(sources), problem)
+        @test_throws DimensionMismatch solve_edges(Ts[2:end], ends_a, ends_b, nodes(values), nodes(sources), problem)
+    end
+
     @testset "gradient matches central differences" begin
         H, W = 6, 8
         problem, _, _ = fracture(H, W)
