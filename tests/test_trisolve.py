@@ -9,6 +9,9 @@ from flowlearn.engines import cholmod_available
 from flowlearn.engines.trisolve import (
     TreeSolver,
     _is_postordered,
+    _parents,
+    _subtree_sizes,
+    in_postorder,
     ldl_from_cholesky,
     plan_tree,
 )
@@ -221,3 +224,31 @@ def test_a_factor_is_rounded_only_once_it_preconditions_another_matrix():
     assert engine.stats.pcg_solves == 1 and not slot.factor.exact
     assert tree._values.dtype == np.float32
     np.testing.assert_array_equal(tree._values, exact_entries.astype(np.float32))
+
+
+def test_a_factor_out_of_postorder_is_renumbered_and_still_shared_among_tasks():
+    # A topological order that is no postorder: deepest columns first. Children still come before parents, so the
+    # renumbered factor is lower triangular and factors A[p][:, p] for the renumbered p; but its subtrees are no
+    # longer runs of columns, and no task could take one.
+    matrix, factor = _system(PROBLEMS["2d"](), seed=4)
+    factor_l, pivots = _unit_lower_and_pivots(factor.LD())
+    parent = _parents(factor_l.indptr.astype(np.int64), factor_l.indices)
+    depth = np.zeros(parent.size, dtype=np.int64)
+    for column in range(parent.size - 1, -1, -1):  # parents come after their children
+        if parent[column] >= 0:
+            depth[column] = depth[parent[column]] + 1
+    shuffled = np.argsort(-depth, kind="stable")
+    scrambled = factor_l[shuffled][:, shuffled].tocsc()
+    scrambled.sort_indices()
+    scrambled_parent = _parents(scrambled.indptr.astype(np.int64), scrambled.indices)
+    sizes = _subtree_sizes(scrambled_parent)
+    assert not _is_postordered(scrambled_parent, np.arange(parent.size) - sizes + 1)
+    renumbered, new_pivots, permutation = in_postorder(scrambled, pivots[shuffled], factor.P()[shuffled])
+    assert renumbered.nnz == factor_l.nnz
+    plan = plan_tree(renumbered, 2)
+    assert len(plan.task_supernodes) == 2
+    rhs = np.random.default_rng(5).normal(size=matrix.shape[0])
+    solution = TreeSolver(renumbered, new_pivots, permutation, plan).apply(rhs)
+    assert np.linalg.norm(matrix @ solution - rhs) <= 1e-11 * np.linalg.norm(rhs)
+    # A factor already in postorder comes back as it is.
+    assert in_postorder(factor_l, pivots, factor.P())[0] is factor_l

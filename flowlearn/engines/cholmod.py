@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from flowlearn.engines import cholmod_available
 from flowlearn.engines.factor import Factor, FactorEngine
-from flowlearn.engines.trisolve import TreePlan, TreeSolver, ldl_from_cholesky, plan_tree
+from flowlearn.engines.trisolve import TreePlan, TreeSolver, in_postorder, ldl_from_cholesky, plan_tree
 from flowlearn.errors import SolutionError, UnavailableError
 from flowlearn.threads import usable_cores
 
@@ -157,7 +157,7 @@ class CholmodEngine(FactorEngine):
             ) from error
 
     def _tree_solver(self, factor: Any, analysis: _CholmodAnalysis) -> TreeSolver:
-        factor_l, pivots = ldl_from_cholesky(factor.L())
+        factor_l, pivots, permutation = in_postorder(*ldl_from_cholesky(factor.L()), factor.P())
         if analysis.tree_plan is None or not np.array_equal(analysis.tree_plan.indptr, factor_l.indptr):
             analysis.tree_plan = plan_tree(factor_l, usable_cores())
-        return TreeSolver(factor_l, pivots, factor.P(), analysis.tree_plan)
+        return TreeSolver(factor_l, pivots, permutation, analysis.tree_plan)

@@ -70,9 +70,7 @@ def plan_tree(factor: sp.csc_matrix, tasks: int) -> TreePlan:
     indices = factor.indices
     n = factor.shape[0]
     counts = np.diff(indptr)
-    has_parent = counts > 1
-    parent = np.full(n, -1, dtype=np.int64)
-    parent[has_parent] = indices[indptr[:-1][has_parent] + 1]  # first row below the diagonal
+    parent = _parents(indptr, indices)
     owner = np.full(n, -1, dtype=np.int64)
     size = _subtree_sizes(parent)
     first = np.arange(n) - size + 1  # in a postorder, the subtree of j is first[j]..j
@@ -273,6 +271,74 @@ def _scatter(source, index, out, start, stop):
     """out[index[start:stop]] = source[start:stop]."""
     for i in range(start, stop):
         out[_U(index[i])] = source[i]
+
+
+def in_postorder(
+    factor: sp.csc_matrix, pivots: np.ndarray, permutation: np.ndarray
+) -> tuple[sp.csc_matrix, np.ndarray, np.ndarray]:
+    """The same LDL^T factor (CSC, sorted rows, diagonal first; pivots and fill-reducing permutation as
+    :class:`TreeSolver` takes them) with its columns renumbered in a postorder of its elimination tree, which
+    :func:`plan_tree` needs to share subtrees among tasks; returned as given where they already are in one.
+
+    CHOLMOD's supernodal factors come postordered, but their relaxed supernodes' padding, once dropped
+    (:func:`ldl_from_cholesky`), can leave a tree that is not (a full tensor's 9-point factor at 1024x1024). Every
+    entry L_ij (i > j) joins column j to an ancestor, and a postorder numbers each column after its descendants, so
+    the renumbered factor stays lower triangular with the same entries: it factors A[p][:, p] for the renumbered
+    permutation p."""
+    parent = _parents(factor.indptr.astype(np.int64), factor.indices)
+    if _is_postordered(parent, np.arange(parent.size) - _subtree_sizes(parent) + 1):
+        return factor, pivots, permutation
+    order = _postorder(parent)  # order[k]: the column that comes k-th
+    renumbered = factor[order][:, order].tocsc()
+    renumbered.sort_indices()
+    return renumbered, pivots[order], permutation[order]
+
+
+def _parents(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The elimination tree of a factor (CSC, sorted rows, diagonal first): each column's first row below the
+    diagonal, -1 at a root."""
+    counts = np.diff(indptr)
+    parent = np.full(counts.size, -1, dtype=np.int64)
+    below = counts > 1
+    parent[below] = indices[indptr[:-1][below] + 1]
+    return parent
+
+
+@njit(cache=True)
+def _postorder(parent):  # pragma: no cover - compiled
+    """A postorder of the forest ``parent``: children in increasing order, each subtree's columns contiguous."""
+    n = parent.size
+    count = np.zeros(n + 1, dtype=np.int64)
+    for j in range(n):
+        if parent[j] >= 0:
+            count[parent[j] + 1] += 1
+    start = np.cumsum(count)
+    children = np.empty(max(start[-1], 1), dtype=np.int64)
+    filled = start[:-1].copy()
+    for j in range(n):  # increasing j: each node's children in increasing order
+        if parent[j] >= 0:
+            children[filled[parent[j]]] = j
+            filled[parent[j]] += 1
+    order = np.empty(n, dtype=np.int64)
+    stack = np.empty(n, dtype=np.int64)
+    visited = np.zeros(n, dtype=np.int64)  # children of each stacked node already pushed
+    out = 0
+    for root in range(n):
+        if parent[root] >= 0:
+            continue
+        top = 0
+        stack[0] = root
+        while top >= 0:
+            node = stack[top]
+            if visited[node] < start[node + 1] - start[node]:
+                stack[top + 1] = children[start[node] + visited[node]]
+                visited[node] += 1
+                top += 1
+            else:
+                order[out] = node
+                out += 1
+                top -= 1
+    return order
 
 
 def ldl_from_cholesky(factor_l: sp.csc_matrix) -> tuple[sp.csc_matrix, np.ndarray]:
