@@ -233,7 +233,10 @@ def test_the_verdict_names_the_best_closed_form_and_counts_fractures_without_flo
     np.testing.assert_array_equal(beaten, [True, False, False, False])
     table = verdict_table(result)
     # Medians: departure 0.015 against mlcl's 0.03, flow rate 1 against inclined's 2, MSE 1 against 1 (all tie).
-    assert "| model vs best closed form | 0% lower (inclined) | 50% lower (mlcl) | 50% lower (inclined) |" in table
+    assert (
+        "| model vs best closed form | 0% lower (inclined) | 50% lower (mlcl) | 50% lower (inclined) |"
+        in table
+    )
     assert (
         "the model beats the best closed form (mlcl; inclined) (departure and flow rate) on 1 of 3 fractures; 1 with "
         "no flow rate are not counted (its departure error lower on 1 of them)"
