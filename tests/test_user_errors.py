@@ -251,6 +251,30 @@ def test_an_inlet_cut_off_from_the_outlet(tmp_path, capsys, monkeypatch):
     _one_line(status, err, "inlet")
 
 
+@pytest.mark.parametrize("lr", ["0.3", "1e3"])
+def test_a_diverging_run_on_the_embedded_dataset(tmp_path, capsys, monkeypatch, lr):
+    # The model's conductivities leave float64 within the first steps; they had crashed multigrid's coarsest level
+    # (64x64 maps: one-off solves go through multigrid) with an IndexError.
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"optimizer.lr={lr}", "~callbacks.figures"])
+    _one_line(status, err, "training diverged at epoch 0", f"lower optimizer.lr (now {float(lr):g})")
+
+
+# f3 is a training fracture of _big_dataset, f1 a test fracture, solved only after training: the data's fault all
+# the same, not the training's.
+@pytest.mark.parametrize("fracture", ["f3", "f1"])
+def test_apertures_whose_conductivities_are_beyond_float64(tmp_path, capsys, monkeypatch, fracture):
+    # The cubic law's conductivity of an aperture of 1e-300 m is e^-2074.
+    path = _big_dataset(tmp_path / "big.h5")
+    with h5py.File(path, "r+") as f:
+        f[fracture]["aperture"][...] = 1e-300
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={path}", "~callbacks.figures"])
+    _one_line(
+        status,
+        err,
+        f"error: fracture big/{fracture}: log K is -2074.81 at pixel (0, 0) of batch item 0, outside [",
+    )
+
+
 # ---------------------------------------------------------------------------------------- the flowlearn command
 
 

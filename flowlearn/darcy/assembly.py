@@ -99,6 +99,24 @@ class SystemLayout:
     def nnz(self) -> int:
         return self.indices.size
 
+    @cached_property
+    def log_k_range(self) -> tuple[float, float]:
+        """(low, high): the node log-conductivities for which the solves stay within float64. Between them every
+        T_e and every diagonal entry of A (a sum of at most two per dimension) is so far from float64's limits that
+        a sum of ``num_free`` squares of such numbers, or of their reciprocals, is a normal number: the solves form
+        dot products of vectors scaled like A (residuals) and like its inverse (the adjoint's solutions, which
+        scale as 1/T). Outside, a T_e or one of these overflows or vanishes, and a solve returns inf or NaN, or
+        finds A singular."""
+        if not self.areas_over_lengths.size:
+            return -np.inf, np.inf
+        limits = np.finfo(np.float64)
+        edges_per_node = 2 * len(self.shape)
+        margin = 0.5 * np.log(max(self.num_free, 1))
+        return (
+            float(0.5 * np.log(limits.tiny) + margin - np.log(self.areas_over_lengths.min())),
+            float(0.5 * np.log(limits.max) - margin - np.log(edges_per_node * self.areas_over_lengths.max())),
+        )
+
     def system(self, slot: int, log_k: np.ndarray) -> tuple[np.ndarray, sp.csc_matrix]:
         """(T, A) for one sample's log-conductivity (num_nodes,), flat image order.
 

@@ -62,8 +62,9 @@ def solve_pressure(
     Raises:
         SolveInputError: wrong shape, dtype or device (for the engine), or non-finite values at active nodes.
         ConvergenceError: an iterative solve missed its tolerance.
-        SolutionError: a solve without sources returned heads outside its Dirichlet range: the conductivities span
-            more than float64 resolves.
+        SolutionError: an active log K outside ``problem.layout.log_k_range`` (conductances beyond float64), or a
+            solve without sources returned heads outside its Dirichlet range: the conductivities span more than
+            float64 resolves.
     """
     grid_shape = problem.grid.shape
     if not isinstance(log_k, torch.Tensor):
@@ -121,7 +122,7 @@ class PressureSolve(torch.autograd.Function):
         if log_k.device.type == "cpu":
             # numpy masks and values: on small arrays numpy's checks cost less than starting torch's thread pool.
             fixed, active = layout.fixed_mask, layout.active_mask
-            checked = (x.numpy() for x in (log_k_nodes, head_nodes, flow_nodes))
+            checked = tuple(x.numpy() for x in (log_k_nodes, head_nodes, flow_nodes))
         else:
             _, _, _, _, fixed, active = layout.torch_tensors(log_k.device)
             checked = (log_k_nodes, head_nodes, flow_nodes)
@@ -131,6 +132,7 @@ class PressureSolve(torch.autograd.Function):
             fault = nonfinite(values, where, problem.grid.shape, batched=True)
             if fault:
                 raise SolveInputError(f"{name} has {fault}")
+        _check_float64_range(checked[0], active, problem)
         pressure = call.engine.pressure(problem, log_k_nodes, head_nodes, flow_nodes, call.role)
         _check_maximum_principle(pressure, log_k_nodes, head_nodes, flow_nodes, problem)
         return pressure.reshape(log_k.shape)
@@ -258,6 +260,25 @@ def _field(value: torch.Tensor | None, default: np.ndarray, name: str, like: tor
         ) from None
 
 
+def _check_float64_range(
+    log_k: np.ndarray | torch.Tensor, active: np.ndarray | torch.Tensor, problem: DarcyProblem
+) -> None:
+    """Raise :class:`SolutionError` where an active node's log K (B, num_nodes; numpy on the CPU, with ``active``)
+    lies outside :attr:`~flowlearn.darcy.assembly.SystemLayout.log_k_range`: its conductances overflow float64 or
+    vanish in it, and no engine could solve the system (multigrid and the factorisations fail on it, each in its
+    own way)."""
+    low, high = problem.layout.log_k_range
+    outside = active & ~((log_k >= low) & (log_k <= high))
+    if not bool(outside.any()):
+        return
+    item, node = (int(i) for i in torch.as_tensor(outside).nonzero()[0])
+    pixel = tuple(int(i) for i in np.unravel_index(node, problem.grid.shape))
+    raise SolutionError(
+        f"log K is {float(log_k[item, node]):.6g} at pixel {pixel} of batch item {item}, outside [{low:.1f}, "
+        f"{high:.1f}], beyond which the pressure solve's conductances overflow float64 or vanish in it"
+    )
+
+
 # Relative slack of the maximum-principle check: solves are exact to ~1e-11, so an honest head never leaves the
 # Dirichlet range by more than this fraction of it.
 MAXIMUM_PRINCIPLE_SLACK = 1e-8
@@ -273,8 +294,8 @@ def _check_maximum_principle(
     """Raise when a source-free solve returned heads outside its Dirichlet range: not a solution.
 
     Without sources at free nodes, the discrete solution lies between the lowest and highest Dirichlet head (the
-    matrix is a diagonally dominant M-matrix). A head outside that range means the conductivities span more than
-    float64 resolves at some node, and the factorisation returned rounding noise. Costs a gather and a min and
+    matrix is a diagonally dominant M-matrix). A head outside that range (or NaN) means the conductivities span
+    more than float64 resolves at some node, and the factorisation returned rounding noise. Costs a gather and a min and
     max of the free heads per solve (numpy on the CPU, where torch's small reductions cost 5-10x more); items
     with sources are not checked.
     """
@@ -291,7 +312,7 @@ def _check_maximum_principle(
     low, high = _row_range(heads[:, fixed])
     slack = MAXIMUM_PRINCIPLE_SLACK * (high - low) + 1e-300
     lowest, highest = _row_range(pressure[:, free])
-    outside = source_free & ((lowest < low - slack) | (highest > high + slack))
+    outside = source_free & ~((lowest >= low - slack) & (highest <= high + slack))  # NaN heads too
     if not bool(outside.any()):
         return
     item = int(outside.nonzero()[0][0])

@@ -350,7 +350,9 @@ class FactorEngine(Engine):
         try:
             with _single_threaded_blas():  # BLAS threads would only contend with the kernels' own
                 return Multigrid(matrix, layout.free_nodes, layout.shape)
-        except np.linalg.LinAlgError:  # a coarsest matrix that round-off left indefinite: factor instead
+        except (
+            np.linalg.LinAlgError
+        ):  # a coarsest matrix that round-off left indefinite or overflowed: factor
             return None
 
     def _pcg(self, state, entry, role, matrix, rhs, max_iter) -> np.ndarray | None:
