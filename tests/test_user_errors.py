@@ -49,6 +49,12 @@ def files(tmp_path_factory) -> dict[str, Path]:
     made["truncated"].write_bytes(data[: len(data) // 3])
     # An HDF5 signature and superblock, then zeros where the objects are.
     made["corrupt"].write_bytes(data[:512] + bytes(len(data) - 512))
+    made["random_ckpt"] = base / "random.ckpt"
+    made["random_ckpt"].write_bytes(np.random.default_rng(0).bytes(5000))
+    checkpoint = base / "whole.ckpt"
+    torch.save({"epoch": 0, "global_step": 1, "state_dict": {"w": torch.zeros(1000)}}, checkpoint)
+    made["truncated_ckpt"] = base / "truncated.ckpt"
+    made["truncated_ckpt"].write_bytes(checkpoint.read_bytes()[:3000])
     with h5py.File(made.setdefault("no_groups", base / "no_groups.h5"), "w") as f:
         f.attrs["schema"], f.attrs["schema_version"] = "flowlearn-fractures", 1
     with h5py.File(made.setdefault("version", base / "version.h5"), "w") as f:
@@ -351,6 +357,15 @@ COMMAND_ROWS = [
         ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{tmp}/none.ckpt"],
         "a checkpoint is missing ({tmp}/none.ckpt does not exist)",
     ),
+    (
+        ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{random_ckpt}"],
+        "{random_ckpt} (5000 bytes) is not a checkpoint: no complete torch archive",
+    ),
+    (
+        ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{truncated_ckpt}"],
+        "{truncated_ckpt} (3000 bytes) is not a checkpoint: no complete torch archive",
+    ),
+    (["predict", "{run}", "{good}", "-o", "{tmp}/p.h5"], "{run}/checkpoints/last.ckpt is empty (0 bytes)"),
     (["predict", "{run}", "{good}"], "the following arguments are required: -o/--output"),
     (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
     (["check"], "the following arguments are required: data"),
@@ -430,12 +445,37 @@ def test_predictions_on_a_full_disk(tmp_path):
         assert os.listdir(full) == []
 
 
-def test_a_read_only_folder(files, tmp_path, capsys):
+def test_checkpoints_on_a_full_disk(files, tmp_path, capsys, monkeypatch):
+    # A checkpoint of the default CNN takes over 300 kB.
+    with _mounted(tmp_path / "full", "size=100k") as full:
+        (full / "last.ckpt").write_bytes(b"the previous checkpoint")
+        overrides = [
+            f"data.path={files['good']}",
+            f"callbacks.model_checkpoint.dirpath={full}",
+            "~callbacks.figures",
+        ]
+        status, err = _train_checks(tmp_path, capsys, monkeypatch, overrides)
+        _one_line(status, err, f"{full}/best-epoch=000.ckpt: cannot write: No space left on device")
+        assert (full / "last.ckpt").read_bytes() == b"the previous checkpoint"
+        assert os.listdir(full) == ["last.ckpt"]  # no temporary file left behind
+
+
+def test_a_run_directory_on_a_full_disk(files, tmp_path, capsys, monkeypatch):
+    # The first output that does not fit (a figure, a checkpoint) stops the run.
+    with _mounted(tmp_path / "run", "size=100k") as full:
+        status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={files['good']}"])
+        _one_line(status, err, f"error: {full}/", ": cannot write: No space left on device")
+
+
+def test_a_read_only_folder(files, fake_run, tmp_path, capsys):
     with _mounted(tmp_path / "ro", "ro,size=10k") as read_only:
         status, err = _flowlearn(capsys, "convert", str(files["good"]), str(read_only / "out.h5"))
         _one_line(status, err, f"{read_only / 'out.h5'}: cannot write here", "not writable")
         status, err = _flowlearn(capsys, "generate", str(read_only / "gen.h5"), "--quiet")
         _one_line(status, err, f"{read_only / 'gen.h5'}: cannot write here")
+        # Refused before the run is read or any figure drawn.
+        status, err = _flowlearn(capsys, "report", str(fake_run), "--output", str(read_only / "report"))
+        _one_line(status, err, f"{read_only / 'report' / 'report.md'}: cannot write here", "not writable")
 
 
 # ----------------------------------------------------------------------------------- in a real process, a few

@@ -31,6 +31,7 @@ from matplotlib.image import AxesImage
 from matplotlib.ticker import MaxNLocator
 
 from flowlearn.data.departure import Departure
+from flowlearn.data.schema import atomic_path
 from flowlearn.models.baselines import BASELINES, COMPARED
 from flowlearn.reporting.heldout import MODEL, HeldOut
 from flowlearn.reporting.runs import metric_series
@@ -490,12 +491,15 @@ def plot_baselines(splits: Mapping[str, HeldOut]) -> Figure:
 
 
 def save_figures(figures: Mapping[str, Figure], directory: str | Path, dpi: int = 110) -> dict[str, Path]:
-    """Write each figure to ``<directory>/<name>.png``; returns the paths by name."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write each figure to ``<directory>/<name>.png``, atomically; returns the paths by name.
+
+    Raises:
+        OutputError: a figure that cannot be written (a read-only place, a full disk); the earlier file is intact.
+    """
     paths = {}
     for name, fig in figures.items():
-        paths[name] = directory / f"{name}.png"
-        # Trimmed to the drawn content: the fixed-aspect maps rarely fill the figure's height exactly.
-        fig.savefig(paths[name], dpi=dpi, bbox_inches="tight")
+        paths[name] = Path(directory) / f"{name}.png"
+        with atomic_path(paths[name]) as tmp:
+            # Trimmed to the drawn content: the fixed-aspect maps rarely fill the figure's height exactly.
+            fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
     return paths

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from flowlearn.data.schema import atomic_path
 from flowlearn.errors import RunDirectoryError
 from flowlearn.models.baselines import BASELINES, COMPARED, Baseline
 from flowlearn.reporting.figures import figure_set, plot_baselines, save_figures
@@ -130,6 +131,7 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
 
     Raises:
         RunDirectoryError: the directory does not exist or lacks a checkpoint, metrics, config or predictions.
+        OutputError: ``output`` cannot be written (a read-only place, a full disk, a file in the way).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -184,7 +186,8 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     config_text = (run_dir / ".hydra" / "config.yaml").read_text()
     lines += ["", "## Config", "", "```yaml", config_text.rstrip(), "```", ""]
     report = output / "report.md"
-    report.write_text("\n".join(lines))
+    with atomic_path(report) as tmp:
+        tmp.write_text("\n".join(lines))
     return report
 
 
@@ -243,6 +246,6 @@ def report_sweep(
         varied = [o for o in overrides[run] if o not in shared]
         lines.append(f"| {name} | {_code(varied)} | {status} | {epochs} | {values} |")
     table = output / "report.md"
-    output.mkdir(parents=True, exist_ok=True)
-    table.write_text("\n".join([*lines, ""]))
+    with atomic_path(table) as tmp:
+        tmp.write_text("\n".join([*lines, ""]))
     return table, incomplete

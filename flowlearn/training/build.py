@@ -17,6 +17,7 @@ from flowlearn.data.inputs import DEFAULT_INPUTS
 from flowlearn.errors import ConfigError, RunDirectoryError
 from flowlearn.models.correction import PixelCorrection
 from flowlearn.models.laws import PermeabilityLaw
+from flowlearn.training.checkpoints import read_checkpoint
 from flowlearn.training.module import TRAINING_DATA, FractureFlowModule
 
 
@@ -66,6 +67,7 @@ def load_run(
             raise FileNotFoundError(f"{needed}: is a directory, not {what} file")
         if not needed.exists():
             raise FileNotFoundError(f"{run_dir}: {what} is missing ({needed} does not exist)")
+    saved = read_checkpoint(checkpoint, option=None, weights_only=True)
     cfg = OmegaConf.load(config_path)
     try:
         law = instantiate(cfg.law)
@@ -75,7 +77,6 @@ def load_run(
             "trained with law=cubic or law=transmissivity (now law=ap2, T = Ā·Ap²/12·W, and law=lcl) need training "
             "again"
         ) from error
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     state, record = saved["state_dict"], saved.get(TRAINING_DATA, {})
     # A run trained before the power-law baseline existed carries no exponent: that baseline stays absent.
     state.setdefault("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
