@@ -367,6 +367,8 @@ COMMAND_ROWS = [
     ),
     (["predict", "{run}", "{good}", "-o", "{tmp}/p.h5"], "{run}/checkpoints/last.ckpt is empty (0 bytes)"),
     (["predict", "{run}", "{good}"], "the following arguments are required: -o/--output"),
+    (["evaluate", "{good}"], "{good}: group 'f0' has no predictions (attributes split, law, correction_name"),
+    (["evaluate", "{text}"], "{text}: not an HDF5 file"),
     (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
     (["check"], "the following arguments are required: data"),
     (["check", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
