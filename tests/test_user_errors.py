@@ -9,6 +9,7 @@ mount). A few end-to-end runs of `python train.py` and `python -m flowlearn.cli`
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -55,6 +56,14 @@ def files(tmp_path_factory) -> dict[str, Path]:
     torch.save({"epoch": 0, "global_step": 1, "state_dict": {"w": torch.zeros(1000)}}, checkpoint)
     made["truncated_ckpt"] = base / "truncated.ckpt"
     made["truncated_ckpt"].write_bytes(checkpoint.read_bytes()[:3000])
+    # 1x2 maps: an inlet and an outlet pixel, nothing between them to solve for (written past the schema's check).
+    made["narrow"] = base / "narrow.h5"
+    shutil.copy(good, made["narrow"])
+    with h5py.File(made["narrow"], "r+") as f:
+        for group in f.values():
+            for name, values in (("aperture", [[1e-4, 1e-4]]), ("pressure", [[2.0, 1.0]])):
+                del group[name]
+                group[name] = np.array(values)
     with h5py.File(made.setdefault("no_groups", base / "no_groups.h5"), "w") as f:
         f.attrs["schema"], f.attrs["schema_version"] = "flowlearn-fractures", 1
     with h5py.File(made.setdefault("version", base / "version.h5"), "w") as f:
@@ -200,6 +209,10 @@ FILE_ROWS = [
     ("data.path={no_attr}", "{no_attr}: group 'f2': missing attribute 'inlet_pressure'"),
     ("data.path={inlet}", "{inlet}: group 'f2': field 'pressure': inlet face"),
     ("data.path={axis}", "{axis}: group 'f2': attribute 'flow_axis' is 'q'"),
+    (
+        "data.path={narrow}",
+        "{narrow}: group 'f0': field 'aperture': shape (1, 2) has 2 pixel(s) along the flow axis 'x'; at least 3",
+    ),
     ("ckpt_path={tmp}/missing.ckpt", "ckpt_path: checkpoint not found: {tmp}/missing.ckpt"),
     ("ckpt_path={folder}", "ckpt_path: {folder} is a directory, not a checkpoint"),
     (
@@ -304,7 +317,15 @@ GENERATE_ROWS = [
     (["--hurst", "1.5"], "--hurst must be in (0, 1], got 1.5"),
     (["--hurst", "nan"], "--hurst must be a number or a pair low <= high, got nan"),
     (["--rms-ratio", "-1"], "--rms-ratio must be >= 0, got -1.0"),
-    (["--mean-aperture", "-2"], "--mean-aperture must be >= 0, got -2.0"),
+    (["--mean-aperture", "-2"], "--mean-aperture must be > 0, got -2.0"),
+    (["--mean-aperture", "0"], "--mean-aperture must be > 0, got 0.0"),
+    (["--shape", "8", "2"], "--shape must have W >= 3 columns along the flow"),
+    # Refused before any allocation (the walls alone would take 75 GiB), with the largest map that fits.
+    (
+        ["--shape", "100000", "100000"],
+        "--shape needs at least 5.01e+04 GiB for each fracture's LBM, more than",
+    ),
+    (["--shape", "100000", "100000"], "H x W must stay below about"),
     (["--mismatch-length", "0"], "--mismatch-length must be > 0"),
     (["--seed", "-5"], "--seed must be an integer >= 0, got -5"),
     (["--voxel-size", "0"], "--voxel-size must be > 0, got 0.0"),
@@ -319,6 +340,11 @@ GENERATE_ROWS = [
     (["--threads", "0"], "--threads must be an integer >= 1"),
     (["--reservoir", "-1"], "--reservoir must be an integer >= 0, got -1"),
     (["--target", "tpu"], "argument --target: invalid choice: 'tpu'"),
+    pytest.param(
+        ["--target", "gpu"],
+        "the LBM's target gpu needs cupy and a CUDA device, and cupy is not installed",
+        marks=pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="cupy is installed"),
+    ),
     (["--unknown"], "unrecognized arguments: --unknown"),
 ]
 
@@ -348,6 +374,10 @@ COMMAND_ROWS = [
     (["predict", "{tmp}/nowhere", "{good}", "-o", "{tmp}/p.h5"], "{tmp}/nowhere: no such run directory"),
     (["predict", "{run}", "{tmp}/missing.h5", "-o", "{tmp}/p.h5"], "{tmp}/missing.h5: no such file"),
     (["predict", "{run}", "{empty}", "-o", "{tmp}/p.h5"], "{empty}: empty file"),
+    (
+        ["predict", "{run}", "{narrow}", "-o", "{tmp}/p.h5"],
+        "{narrow}: group 'f0': field 'aperture': shape (1, 2)",
+    ),
     (["predict", "{run}", "{good}", "-o", "{folder}"], "{folder}: is a directory"),
     (
         ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{folder}"],
@@ -374,6 +404,7 @@ COMMAND_ROWS = [
     (["check", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
     (["check", "{text}"], "{text}: not an HDF5 file"),
     (["check", "{nan}"], "{nan}: group 'f2': field 'pressure': 1 non-finite"),
+    (["check", "{narrow}"], "{narrow}: group 'f0': field 'aperture': shape (1, 2)"),
     (["check", "{good}", "--margin", "-1"], "argument --margin: must be an integer >= 0, got -1"),
     (["check", "{good}", "--margin", "two"], "argument --margin: invalid int value: 'two'"),
     (["check", "{good}", "--tolerance", "0"], "argument --tolerance: must be a number > 0, got 0"),
