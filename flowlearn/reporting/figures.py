@@ -450,10 +450,11 @@ def plot_departure_maps(maps: Mapping[str, np.ndarray]) -> Figure:
     return fig
 
 
-def plot_baselines(splits: Mapping[str, HeldOut]) -> Figure:
+def plot_baselines(splits: Mapping[str, HeldOut]) -> Figure | None:
     """Bars of the median departure error and the median flow-rate error over the fractures of each split, the
     learned model beside every baseline; the LCL's median is a dashed line, the bar to beat. Flow-rate errors are
-    drawn where the fractures have reference flow rates."""
+    drawn where the fractures have reference flow rates, departure errors where the references depart from the
+    straight line; None where neither is defined."""
     labels = {MODEL: "learned", **{b.name: b.label for b in BASELINES}}
     panels = [
         (DEPARTURE_ERR, "departure error (1 − R²)"),
@@ -461,6 +462,8 @@ def plot_baselines(splits: Mapping[str, HeldOut]) -> Figure:
     ]
     first = next(iter(splits.values()))
     panels = [(m, label) for m, label in panels if math.isfinite(first.median(MODEL, m))]
+    if not panels:
+        return None
     fig = Figure(figsize=(4.6 * len(panels), 3.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     rows = list(first.metrics)

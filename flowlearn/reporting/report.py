@@ -144,8 +144,8 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     fields = read_predictions(run_dir / "predictions.h5")
     figures = figure_set(fields, columns)
     per_split = {s: r for s in metrics.STAGES if (r := split_metrics(fields, s)) is not None}
-    if per_split:
-        figures["baselines"] = plot_baselines(per_split)
+    if per_split and (baselines := plot_baselines(per_split)) is not None:
+        figures["baselines"] = baselines
     paths = save_figures(figures, output / "figures", dpi=dpi)
     final = final_metrics(columns)
 
