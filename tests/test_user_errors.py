@@ -532,6 +532,26 @@ def test_train_py_exits_2_with_one_line(files, tmp_path, overrides, message):
     _one_line(result.returncode, result.stderr, message)
 
 
+@pytest.mark.parametrize("launcher", ["sequential", "local"])
+def test_a_local_sweep_records_its_failed_run_and_finishes_the_others(files, tmp_path, launcher):
+    # sequential: the default of -m, every run in this process; local: one submitit subprocess per run. Hydra's own
+    # launchers had ended the sweep at the failure (or in UncompletedJobError) with nothing to say which run failed.
+    sweep = tmp_path / "sweep"
+    result = _process(
+        "train.py", "-m", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}", f"data.path={files['good']}",
+        "trainer.max_epochs=1", "~callbacks.figures", "seed=abc,0",
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "error: seed must be an integer >= 0, got 'abc'" in result.stderr.splitlines()
+    assert "1 of 2 run(s) failed; the other runs finished" in result.stdout
+    error = (sweep / "0" / "error.txt").read_text().splitlines()[0]
+    assert error == "error: seed must be an integer >= 0, got 'abc'"
+    assert (sweep / "1" / "predictions.h5").is_file() and not (sweep / "1" / "error.txt").exists()
+    report = _process("-m", "flowlearn.cli", "report", str(sweep))
+    assert report.returncode == 1
+    assert f"{sweep / '0'} failed: error: seed must be an integer >= 0, got 'abc'" in report.stderr
+
+
 def test_train_py_with_an_unwritable_run_directory(files, tmp_path):
     with _mounted(tmp_path / "ro", "ro,size=10k") as read_only:
         result = _process("train.py", f"hydra.run.dir={read_only / 'run'}", f"data.path={files['good']}")
