@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,11 +21,13 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from test_configs import _compose
 from test_train import ROOT
 
 from flowlearn.cli import main
 from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.training import build
 from flowlearn.training.config import hydra_errors_as_one_line
 from flowlearn.training.train import run
 
@@ -137,6 +140,17 @@ CONFIG_ROWS = [
     ("model.inputs=aperture", "model.inputs must be a list of distinct inputs from ['aperture',"),
     ("model.inputs=[walls,walls]", "model.inputs must be a list of distinct inputs from"),
     ("model=unet model.levels=0", "model.levels must be a positive integer, got 0"),
+    # Refused before the network is built (the good file's maps are 6x8): a 201-wide kernel had taken 13 GB, ten
+    # levels of doubled channels 82 GB of weights.
+    (
+        "model.kernel_size=201",
+        "model.kernel_size must be at most 15 on these maps (beyond 2 x 8 - 1 a kernel",
+    ),
+    ("model=unet model.levels=10", "model.levels must be at most 3 on these maps (halving the shortest side"),
+    (
+        "model.channels=100000",
+        "the model (model.channels=100000, model.depth=3, model.kernel_size=5) needs about",
+    ),
     ("model=unet model.kernel_size=2", "model.kernel_size must be a positive odd integer, got 2"),
     ("model=pixel model.inputs=[aperture]", "Could not override 'model.inputs'"),
     ("law=exponent law.initial_exponent=abc", "law.initial_exponent must be a number"),
@@ -276,6 +290,20 @@ def test_a_diverging_run_on_the_embedded_dataset(tmp_path, capsys, monkeypatch, 
     # (64x64 maps: one-off solves go through multigrid) with an IndexError.
     status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"optimizer.lr={lr}", "~callbacks.figures"])
     _one_line(status, err, "training diverged at epoch 0", f"lower optimizer.lr (now {float(lr):g})")
+
+
+def test_a_network_beyond_the_memory_names_the_largest_kernel_that_fits(tmp_path, capsys, monkeypatch):
+    # 1 GiB available, whatever this machine has: a kernel of 31 on 64x64 maps in batches of 4 needs about 7 GiB.
+    monkeypatch.setattr(build, "available_memory", lambda: 2**30)
+    path = _big_dataset(tmp_path / "big.h5")
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={path}", "model.kernel_size=31"])
+    _one_line(status, err, "more than fits within the 1 GiB this machine has available, in batches of 4")
+    largest = int(re.search(r"model.kernel_size up to (\d+) would fit", err)[1])
+    model = OmegaConf.load(ROOT / "configs" / "model" / "cnn.yaml")
+    fits = [
+        build.training_bytes(model, 2, [(64, 64)], 4, kernel_size=k) <= 2**30 for k in (largest, largest + 2)
+    ]
+    assert fits == [True, False]
 
 
 # f3 is a training fracture of _big_dataset, f1 a test fracture, solved only after training: the data's fault all

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from flowlearn.checks import check_map_shape, check_setting, is_integer, is_number
+from flowlearn.checks import available_memory, check_map_shape, check_setting, is_integer, is_number
 from flowlearn.data.departure import lcl_flow_rate
 from flowlearn.data.lbm import LBMSettings, least_box_bytes, library_versions, pick_target, simulate, voxelize
 from flowlearn.data.roughness import RoughnessParams, geometry_stats, rough_fracture
@@ -95,14 +95,14 @@ class DatasetConfig:
             "must be > 0",
             self.mean_aperture,
         )
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        memory = available_memory()
         needed = least_box_bytes(shape, self.mean_aperture, self.lbm.reservoir)
         fitting = shape[0] * shape[1] * memory / needed  # pixels of a map whose box fills the memory
         check_setting(
             needed <= memory,
             "shape",
-            f"needs at least {needed / 2**30:.3g} GiB for each fracture's LBM, more than this machine's "
-            f"{memory / 2**30:.3g} GiB: H x W must stay below about {fitting:.3g} pixels at this mean aperture",
+            f"needs at least {needed / 2**30:.3g} GiB for each fracture's LBM, more than the {memory / 2**30:.3g} GiB "
+            f"this machine has available: H x W must stay below about {fitting:.3g} pixels at this mean aperture",
             self.shape,
         )
         for name in ("hurst", "rms_ratio", "mismatch_length", "wavelength_ratio", "shear"):

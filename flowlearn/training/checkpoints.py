@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import os
 import tempfile
 import zipfile
@@ -49,12 +48,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
-        # Serialised in memory first: torch's zip writer turns a failed write (a full disk) into a RuntimeError,
-        # which atomic_path would not report as the OutputError it is.
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)
-        with atomic_path(path) as tmp:
-            tmp.write_bytes(buffer.getbuffer())
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            try:
+                torch.save(checkpoint, fh)
+            except RuntimeError as error:
+                # torch's zip writer reports a failed write (a full disk) as a RuntimeError raised while handling
+                # the OSError: that one is what atomic_path reports, as an OutputError.
+                if isinstance(error.__context__, OSError):
+                    raise error.__context__ from None
+                raise
 
 
 class EpochCheckpoint(ModelCheckpoint):

@@ -111,7 +111,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         log.warning(f"law={law.name}: {len(flat)} fracture(s) have {NO_WALLS}; the first: {flat[0]}")
     weight = flow_rate_weight(OmegaConf.select(cfg, "loss.flow_rate_weight"), law, datamodule.splits["train"])
     train_refs = datamodule.splits["train"].refs
-    correction = build_correction(cfg.model, law, train_refs)
+    correction = build_correction(cfg.model, law, train_refs, batch_size=cfg.data.batch_size)
     solver = instantiate(cfg.solver)  # a missing backend (Julia, GPU) fails here, before any training
     statistics = statistic_ranges(
         aperture_statistics(read_fracture(ref.path, ref.name, validate=False)) for ref in train_refs
