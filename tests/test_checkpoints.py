@@ -103,6 +103,21 @@ def test_full_disk_mid_write_keeps_the_previous_checkpoint(tmp_path):
         assert checkpoint["epoch"] == 1 and torch.equal(checkpoint["weights"], torch.arange(1000.0))
 
 
+def test_a_run_without_validation_keeps_the_epoch_of_the_lowest_training_loss(dataset, tmp_path):
+    result = run_train(*overrides(dataset, "data.fractions=[1,0,0]"), run_dir=tmp_path)
+    assert (
+        "no validation fractures (data.fractions=[1, 0, 0]): the best checkpoint keeps the epoch of the lowest "
+        "training loss (train/loss) instead of the lowest val/mse"
+    ) in result.stdout
+    # Lightning's warnings of a monitor never logged and of an empty validation loader, every epoch, are gone.
+    assert "could not find the monitored key" not in result.stderr and "DataLoader" not in result.stderr
+    (best,) = (tmp_path / "checkpoints").glob("best-*.ckpt")
+    _, rows = read_rows(tmp_path / "metrics.csv")
+    losses = {int(row["epoch"]): float(row["train/loss"]) for row in rows if row.get("train/loss")}
+    assert len(losses) == EPOCHS
+    assert torch.load(best, weights_only=False)["epoch"] == min(losses, key=losses.get)
+
+
 def test_unwritable_checkpoint_folder_fails_before_training(dataset, tmp_path):
     # Root writes anywhere regardless of permissions; a file where the folder should be cannot be written by
     # anyone.
