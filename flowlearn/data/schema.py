@@ -142,8 +142,9 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
     """Check one fracture against the schema; raise :class:`DataValidationError` on the first violation.
 
     Checks: 2D or 3D shape, equal shapes of aperture, pressure and mask, finite values, non-negative aperture,
-    a known flow axis with at least ``MIN_FLOW_LENGTH`` pixels along it, and boundary faces whose mean pressure over active cells matches the declared inlet and
-    outlet within ``BOUNDARY_TOLERANCE`` of their difference. Zero apertures are inactive cells, not errors.
+    a known flow axis with at least ``MIN_FLOW_LENGTH`` pixels along it, and boundary faces whose mean pressure over
+    active cells matches the declared inlet and outlet within ``BOUNDARY_TOLERANCE`` of their difference. Zero
+    apertures are inactive cells, not errors.
     """
     g = fracture.name
     ap, p = fracture.aperture, fracture.pressure

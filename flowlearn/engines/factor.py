@@ -350,9 +350,7 @@ class FactorEngine(Engine):
         try:
             with _single_threaded_blas():  # BLAS threads would only contend with the kernels' own
                 return Multigrid(matrix, layout.free_nodes, layout.shape)
-        except (
-            np.linalg.LinAlgError
-        ):  # a coarsest matrix that round-off left indefinite or overflowed: factor
+        except np.linalg.LinAlgError:  # a coarsest level left indefinite by round-off, or overflowed: factor
             return None
 
     def _pcg(self, state, entry, role, matrix, rhs, max_iter) -> np.ndarray | None:

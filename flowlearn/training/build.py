@@ -67,7 +67,8 @@ def check_network_size(
     """Raise :class:`ConfigError` for a network whose ``kernel_size`` or ``levels`` the training maps ``shapes``
     cannot use, or this machine's memory cannot train in batches of ``batch_size``, naming the largest value that
     works. A kernel beyond twice the longest side sees nothing but padding, a level beyond the shortest side's
-    halvings nothing but one pixel, and :func:`training_bytes` must stay within the memory available. Checked before anything is allocated."""
+    halvings nothing but one pixel, and :func:`training_bytes` must stay within the memory available. Checked
+    before anything is allocated."""
     longest = max(max(shape) for shape in shapes)
     shortest = min(min(shape) for shape in shapes)
     map_bounds = {
