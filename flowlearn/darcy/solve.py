@@ -295,9 +295,9 @@ def _check_maximum_principle(
 
     Without sources at free nodes, the discrete solution lies between the lowest and highest Dirichlet head (the
     matrix is a diagonally dominant M-matrix). A head outside that range (or NaN) means the conductivities span
-    more than float64 resolves at some node, and the factorisation returned rounding noise. Costs a gather and a min and
-    max of the free heads per solve (numpy on the CPU, where torch's small reductions cost 5-10x more); items
-    with sources are not checked.
+    more than float64 resolves at some node, and the factorisation returned rounding noise. Costs a gather and a
+    min and max of the free heads per solve (numpy on the CPU, where torch's small reductions cost 5-10x more);
+    items with sources are not checked.
     """
     layout = problem.layout
     if pressure.device.type == "cpu":
