@@ -6,7 +6,9 @@ name), :func:`nonfinite` says how many values are bad, of which kind, and where 
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import numpy as np
 import torch
@@ -85,3 +87,13 @@ def check_map_shape(value: object) -> tuple[int, int]:
         value,
     )
     return shape
+
+
+def available_memory() -> int:
+    """The memory this machine can give a process now without swapping, in bytes (Linux's MemAvailable; the
+    physical memory where the kernel does not say): the bound of checks that refuse sizes before allocating them."""
+    with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -134,10 +134,12 @@ def _positive_int(text: str) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    from flowlearn.data.schema import check_writable
     from flowlearn.reporting.report import report_run, report_sweep
     from flowlearn.reporting.runs import looks_like_run, sweep_runs
 
     run_dir = Path(args.run_dir)
+    check_writable(Path(args.output if args.output is not None else run_dir) / "report.md")
     # A directory with no run outputs of its own but run subdirectories is a sweep.
     if run_dir.is_dir() and not looks_like_run(run_dir) and sweep_runs(run_dir):
         table, incomplete = report_sweep(run_dir, args.output, dpi=args.dpi)

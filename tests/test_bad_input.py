@@ -87,6 +87,13 @@ def test_no_dirichlet_node():
         DarcyProblem(grid, fixed, 1.0, active=~fixed)
 
 
+@pytest.mark.parametrize("shape", [(1, 2), (5, 2)])
+def test_no_free_node(shape):
+    # Inlet and outlet columns side by side: every head is fixed, nothing is left to solve.
+    with pytest.raises(ProblemError, match=rf"no free node: every active node of the {shape[0]}x2 grid"):
+        DarcyProblem.fracture(shape)
+
+
 def test_empty_grid():
     with pytest.raises(ProblemError, match=r"the grid is empty: node counts ns=\(0, 5\)"):
         DarcyProblem.fracture((5, 0))

@@ -6,8 +6,6 @@ folders and ckpt_path checked before training, metrics.csv continued on resume, 
 
 from __future__ import annotations
 
-import errno
-import io
 import re
 import signal
 import subprocess
@@ -18,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 from test_train import ROOT, make_dataset, run_train
+from test_user_errors import _mounted
 
-from flowlearn.errors import CheckpointError
+from flowlearn.errors import CheckpointError, OutputError
 from flowlearn.training.checkpoints import AtomicCheckpointIO, checkpoint_epoch, read_rows
 
 EPOCHS = 4
@@ -90,29 +89,34 @@ def test_run_ends_with_a_summary_of_the_test_metrics(flat_run):
     assert Path(match.group(5)) == run_dir
 
 
-def test_full_disk_mid_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    target = tmp_path / "checkpoints" / "last.ckpt"
+def test_full_disk_mid_write_keeps_the_previous_checkpoint(tmp_path):
     io_plugin = AtomicCheckpointIO()
-    io_plugin.save_checkpoint({"epoch": 1, "weights": torch.arange(1000.0)}, target)
-    real_save = torch.save
-    written_to: list[Path] = []
+    with _mounted(tmp_path / "checkpoints", "size=100k") as full:
+        target = full / "last.ckpt"
+        io_plugin.save_checkpoint({"epoch": 1, "weights": torch.arange(1000.0)}, target)
+        # 800 kB of weights do not fit: the write fails part-way, as a plain OSError that says so.
+        with pytest.raises(
+            OutputError, match=rf"{re.escape(str(target))}: cannot write: No space left on device"
+        ):
+            io_plugin.save_checkpoint({"epoch": 2, "weights": torch.zeros(100_000)}, target)
+        assert list(full.iterdir()) == [target]  # no temporary file left behind
+        checkpoint = torch.load(target, weights_only=False)
+        assert checkpoint["epoch"] == 1 and torch.equal(checkpoint["weights"], torch.arange(1000.0))
 
-    def half_then_enospc(obj, fh, *args, **kwargs):
-        buffer = io.BytesIO()
-        real_save(obj, buffer, *args, **kwargs)
-        fh.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
-        written_to.append(Path(fh.name))
-        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(torch, "save", half_then_enospc)
-    with pytest.raises(OSError, match="No space left"):
-        io_plugin.save_checkpoint({"epoch": 2, "weights": torch.zeros(1000)}, target)
-    monkeypatch.undo()
-    # The partial bytes went to a temporary file beside the target (same filesystem, so the rename is atomic).
-    assert written_to[0].parent == target.parent and written_to[0] != target
-    assert list(target.parent.iterdir()) == [target]
-    checkpoint = torch.load(target, weights_only=False)
-    assert checkpoint["epoch"] == 1 and torch.equal(checkpoint["weights"], torch.arange(1000.0))
+def test_a_run_without_validation_keeps_the_epoch_of_the_lowest_training_loss(dataset, tmp_path):
+    result = run_train(*overrides(dataset, "data.fractions=[1,0,0]"), run_dir=tmp_path)
+    assert (
+        "no validation fractures (data.fractions=[1, 0, 0]): the best checkpoint keeps the epoch of the lowest "
+        "training loss (train/loss) instead of the lowest val/mse"
+    ) in result.stdout
+    # Lightning's warnings of a monitor never logged and of an empty validation loader, every epoch, are gone.
+    assert "could not find the monitored key" not in result.stderr and "DataLoader" not in result.stderr
+    (best,) = (tmp_path / "checkpoints").glob("best-*.ckpt")
+    _, rows = read_rows(tmp_path / "metrics.csv")
+    losses = {int(row["epoch"]): float(row["train/loss"]) for row in rows if row.get("train/loss")}
+    assert len(losses) == EPOCHS
+    assert torch.load(best, weights_only=False)["epoch"] == min(losses, key=losses.get)
 
 
 def test_unwritable_checkpoint_folder_fails_before_training(dataset, tmp_path):

@@ -77,7 +77,10 @@ def test_every_option_composes_and_instantiates(tmp_path, group, option):
             assert engine.name == {"cpu": engine.name}.get(option, option)
     elif group == "hydra/launcher":
         launcher = instantiate(cfg.hydra.launcher)
-        assert type(launcher).__name__ == {"local": "LocalLauncher", "slurm": "SlurmLauncher"}[option]
+        names = {"local": "LocalLauncher", "slurm": "SlurmLauncher", "sequential": "SequentialLauncher"}
+        # flowlearn's own, which record failed runs.
+        assert type(launcher).__module__ == "hydra_plugins.flowlearn_launcher"
+        assert type(launcher).__name__ == names[option]
     elif group in ("data", "experiment"):
         datamodule = instantiate(cfg.data)
         datamodule.setup()

@@ -4,14 +4,18 @@ tolerance is refused, a diverging run says which learning rate to lower, and fix
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from conftest import ALL_BACKENDS
 from omegaconf import OmegaConf
 from test_train import make_dataset, run_train
 
 from flowlearn import DarcyProblem, ProblemError, solve_pressure
+from flowlearn.darcy.solve import _check_maximum_principle
+from flowlearn.engines import make_engine
 from flowlearn.errors import ConfigError, SolutionError
 from flowlearn.training.config import validate_config
 from flowlearn.training.metrics import fracture_metrics
@@ -35,6 +39,48 @@ def test_a_log_k_jump_beyond_float64_raises_instead_of_returning_heads_outside_t
     log_k[10, 12] = 30.0
     pressure = solve_pressure(log_k, problem, solver=solver)
     assert 1.0 <= float(pressure.min()) and float(pressure.max()) <= 2.0
+
+
+@pytest.mark.parametrize("solver", ALL_BACKENDS)
+def test_conductivities_beyond_float64_raise_before_any_engine_sees_them(solver):
+    # 64x64: one-off solves go through multigrid, whose coarsest level such conductivities had crashed (IndexError).
+    problem = DarcyProblem.fracture((64, 64))
+    low, high = problem.layout.value_range
+    # Conductances within e^+-354 / sqrt(3,968 unknowns) (areas over lengths of 0.01), the diagonal's sum of four.
+    assert (round(low, 1), round(high, 1)) == (-345.5, 354.0)
+    beyond = [
+        torch.full((64, 64), 800.0, dtype=torch.float64),  # overflowing
+        torch.full((64, 64), 3 * math.log(1e-300) - math.log(12), dtype=torch.float64),  # the LCL of 1e-300 m
+        torch.from_numpy(np.random.default_rng(0).normal(scale=1e3, size=(64, 64))),  # a diverged model's
+    ]
+    for log_k in beyond:
+        with pytest.raises(
+            SolutionError,
+            match=r"log K is -?\d+.* at pixel \(\d+, \d+\) of batch item 0, outside "
+            r"\[-345.5, 354.0\]",
+        ):
+            solve_pressure(log_k, problem, solver=make_engine(solver))
+    # Within the range, the solution, down to its ends; and beyond float32's range (multigrid's cycle), which a
+    # factorisation then solves, without a warning.
+    linear = solve_pressure(torch.zeros(64, 64, dtype=torch.float64), problem, solver=make_engine(solver))
+    for value in (low + 0.1, high - 0.1, -100.0, 100.0):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pressure = solve_pressure(
+                torch.full((64, 64), value, dtype=torch.float64), problem, solver=make_engine(solver)
+            )
+        torch.testing.assert_close(pressure, linear, rtol=1e-9, atol=0)
+
+
+def test_heads_that_are_nan_are_no_solution():
+    problem = DarcyProblem.fracture((6, 8))
+    log_k = torch.zeros(1, 48, dtype=torch.float64)
+    heads = torch.from_numpy(problem.dirichlet_values).reshape(1, -1)
+    pressure = torch.where(torch.from_numpy(problem.free).reshape(1, -1), math.nan, heads)
+    with pytest.raises(
+        SolutionError, match=r"the head at pixel \(0, 1\) is nan, outside the Dirichlet range"
+    ):
+        _check_maximum_principle(pressure, log_k, heads, torch.zeros_like(heads), problem)
 
 
 def test_a_barrier_across_the_fracture_names_its_pixels():

@@ -19,6 +19,7 @@ from flowlearn.darcy.flux import column_flow_rates, outlet_flow_rate
 from flowlearn.darcy.tensor import tensor_form
 from flowlearn.engines import make_engine
 from flowlearn.engines.gpu import GPUEngine
+from flowlearn.errors import SolutionError
 
 
 def _fracture(shape=(7, 9), seed=0) -> DarcyProblem:
@@ -277,3 +278,21 @@ def test_multigrid_one_offs_take_the_nine_point_stencil():
     assert engine.stats.pcg_solves == 1 and engine.stats.pcg_iterations < 60
     direct = solve_pressure(field, problem, solver=make_engine("superlu", multigrid_unknowns=None))
     torch.testing.assert_close(pressure, direct, rtol=1e-9, atol=0, equal_nan=True)
+
+
+def test_conductivities_beyond_float64_name_the_axis_or_the_edge():
+    problem = _fracture((8, 10), seed=14)
+    high = problem.variant("axes").layout.value_range[1]
+    axes = torch.zeros(1, 2, 8, 10, dtype=torch.float64)
+    axes[0, 1, 3, 4] = high + 10
+    with pytest.raises(
+        SolutionError, match=r"log K along y is \S+ at pixel \(3, 4\) of batch item 0, outside"
+    ):
+        solve_pressure(axes, problem)
+    tensor = torch.zeros(1, 3, 8, 10, dtype=torch.float64)
+    tensor[0, 0, 3, 4] = 800.0  # T_xx beyond float64's reach: its x-edges' geometric means, e^400
+    with pytest.raises(
+        SolutionError,
+        match=r"the tensor's edge transmissibility is 5.37\d*e\+171 between pixels \(3, 3\) and \(3, 4\)",
+    ):
+        solve_pressure(tensor, problem)

@@ -9,7 +9,9 @@ mount). A few end-to-end runs of `python train.py` and `python -m flowlearn.cli`
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,11 +21,13 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from test_configs import _compose
 from test_train import ROOT
 
 from flowlearn.cli import main
 from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.training import build
 from flowlearn.training.config import hydra_errors_as_one_line
 from flowlearn.training.train import run
 
@@ -49,6 +53,20 @@ def files(tmp_path_factory) -> dict[str, Path]:
     made["truncated"].write_bytes(data[: len(data) // 3])
     # An HDF5 signature and superblock, then zeros where the objects are.
     made["corrupt"].write_bytes(data[:512] + bytes(len(data) - 512))
+    made["random_ckpt"] = base / "random.ckpt"
+    made["random_ckpt"].write_bytes(np.random.default_rng(0).bytes(5000))
+    checkpoint = base / "whole.ckpt"
+    torch.save({"epoch": 0, "global_step": 1, "state_dict": {"w": torch.zeros(1000)}}, checkpoint)
+    made["truncated_ckpt"] = base / "truncated.ckpt"
+    made["truncated_ckpt"].write_bytes(checkpoint.read_bytes()[:3000])
+    # 1x2 maps: an inlet and an outlet pixel, nothing between them to solve for (written past the schema's check).
+    made["narrow"] = base / "narrow.h5"
+    shutil.copy(good, made["narrow"])
+    with h5py.File(made["narrow"], "r+") as f:
+        for group in f.values():
+            for name, values in (("aperture", [[1e-4, 1e-4]]), ("pressure", [[2.0, 1.0]])):
+                del group[name]
+                group[name] = np.array(values)
     with h5py.File(made.setdefault("no_groups", base / "no_groups.h5"), "w") as f:
         f.attrs["schema"], f.attrs["schema_version"] = "flowlearn-fractures", 1
     with h5py.File(made.setdefault("version", base / "version.h5"), "w") as f:
@@ -133,6 +151,17 @@ CONFIG_ROWS = [
     ("model.inputs=aperture", "model.inputs must be a list of distinct inputs from ['aperture',"),
     ("model.inputs=[walls,walls]", "model.inputs must be a list of distinct inputs from"),
     ("model=unet model.levels=0", "model.levels must be a positive integer, got 0"),
+    # Refused before the network is built (the good file's maps are 6x8): a 201-wide kernel had taken 13 GB, ten
+    # levels of doubled channels 82 GB of weights.
+    (
+        "model.kernel_size=201",
+        "model.kernel_size must be at most 15 on these maps (beyond 2 x 8 - 1 a kernel",
+    ),
+    ("model=unet model.levels=10", "model.levels must be at most 3 on these maps (halving the shortest side"),
+    (
+        "model.channels=100000",
+        "the model (model.channels=100000, model.depth=3, model.kernel_size=5) needs about",
+    ),
     ("model=unet model.kernel_size=2", "model.kernel_size must be a positive odd integer, got 2"),
     ("model=pixel model.inputs=[aperture]", "Could not override 'model.inputs'"),
     ("law=exponent law.initial_exponent=abc", "law.initial_exponent must be a number"),
@@ -214,6 +243,10 @@ FILE_ROWS = [
         "{wall_gap}: group 'f2': field 'aperture': 48 pixel(s) differ from the walls' separation max(top - bottom, "
         "0) by more than 1 voxel (1e-05 m); the first is (0, 0): aperture 0.0001 m, walls 8e-05 m apart",
     ),
+    (
+        "data.path={narrow}",
+        "{narrow}: group 'f0': field 'aperture': shape (1, 2) has 2 pixel(s) along the flow axis 'x'; at least 3",
+    ),
     ("ckpt_path={tmp}/missing.ckpt", "ckpt_path: checkpoint not found: {tmp}/missing.ckpt"),
     ("ckpt_path={folder}", "ckpt_path: {folder} is a directory, not a checkpoint"),
     (
@@ -271,6 +304,44 @@ def test_an_inlet_cut_off_from_the_outlet(tmp_path, capsys, monkeypatch):
     _one_line(status, err, "inlet")
 
 
+@pytest.mark.parametrize("lr", ["0.3", "1e3"])
+def test_a_diverging_run_on_the_embedded_dataset(tmp_path, capsys, monkeypatch, lr):
+    # The model's conductivities leave float64 within the first steps; they had crashed multigrid's coarsest level
+    # (64x64 maps: one-off solves go through multigrid) with an IndexError.
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"optimizer.lr={lr}", "~callbacks.figures"])
+    _one_line(status, err, "training diverged at epoch 0", f"lower optimizer.lr (now {float(lr):g})")
+
+
+def test_a_network_beyond_the_memory_names_the_largest_kernel_that_fits(tmp_path, capsys, monkeypatch):
+    # 1 GiB available, whatever this machine has: a kernel of 31 on 64x64 maps in batches of 4 needs about 7 GiB.
+    monkeypatch.setattr(build, "available_memory", lambda: 2**30)
+    path = _big_dataset(tmp_path / "big.h5")
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={path}", "model.kernel_size=31"])
+    _one_line(status, err, "more than fits within the 1 GiB this machine has available, in batches of 4")
+    largest = int(re.search(r"model.kernel_size up to (\d+) would fit", err)[1])
+    model = OmegaConf.load(ROOT / "configs" / "model" / "cnn.yaml")
+    fits = [
+        build.training_bytes(model, 2, [(64, 64)], 4, kernel_size=k) <= 2**30 for k in (largest, largest + 2)
+    ]
+    assert fits == [True, False]
+
+
+# f3 is a training fracture of _big_dataset, f1 a test fracture, solved only after training: the data's fault all
+# the same, not the training's.
+@pytest.mark.parametrize("fracture", ["f3", "f1"])
+def test_apertures_whose_conductivities_are_beyond_float64(tmp_path, capsys, monkeypatch, fracture):
+    # The cubic law's conductivity of an aperture of 1e-300 m is e^-2074.
+    path = _big_dataset(tmp_path / "big.h5")
+    with h5py.File(path, "r+") as f:
+        f[fracture]["aperture"][...] = 1e-300
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={path}", "~callbacks.figures"])
+    _one_line(
+        status,
+        err,
+        f"error: fracture big/{fracture}: log K is -2074.81 at pixel (0, 0) of batch item 0, outside [",
+    )
+
+
 # ---------------------------------------------------------------------------------------- the flowlearn command
 
 
@@ -294,7 +365,15 @@ GENERATE_ROWS = [
     (["--hurst", "1.5"], "--hurst must be in (0, 1], got 1.5"),
     (["--hurst", "nan"], "--hurst must be a number or a pair low <= high, got nan"),
     (["--rms-ratio", "-1"], "--rms-ratio must be >= 0, got -1.0"),
-    (["--mean-aperture", "-2"], "--mean-aperture must be >= 0, got -2.0"),
+    (["--mean-aperture", "-2"], "--mean-aperture must be > 0, got -2.0"),
+    (["--mean-aperture", "0"], "--mean-aperture must be > 0, got 0.0"),
+    (["--shape", "8", "2"], "--shape must have W >= 3 columns along the flow"),
+    # Refused before any allocation (the walls alone would take 75 GiB), with the largest map that fits.
+    (
+        ["--shape", "100000", "100000"],
+        "--shape needs at least 5.01e+04 GiB for each fracture's LBM, more than",
+    ),
+    (["--shape", "100000", "100000"], "H x W must stay below about"),
     (["--mismatch-length", "0"], "--mismatch-length must be > 0"),
     (["--seed", "-5"], "--seed must be an integer >= 0, got -5"),
     (["--voxel-size", "0"], "--voxel-size must be > 0, got 0.0"),
@@ -309,6 +388,11 @@ GENERATE_ROWS = [
     (["--threads", "0"], "--threads must be an integer >= 1"),
     (["--reservoir", "-1"], "--reservoir must be an integer >= 0, got -1"),
     (["--target", "tpu"], "argument --target: invalid choice: 'tpu'"),
+    pytest.param(
+        ["--target", "gpu"],
+        "the LBM's target gpu needs cupy and a CUDA device, and cupy is not installed",
+        marks=pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="cupy is installed"),
+    ),
     (["--unknown"], "unrecognized arguments: --unknown"),
 ]
 
@@ -338,6 +422,10 @@ COMMAND_ROWS = [
     (["predict", "{tmp}/nowhere", "{good}", "-o", "{tmp}/p.h5"], "{tmp}/nowhere: no such run directory"),
     (["predict", "{run}", "{tmp}/missing.h5", "-o", "{tmp}/p.h5"], "{tmp}/missing.h5: no such file"),
     (["predict", "{run}", "{empty}", "-o", "{tmp}/p.h5"], "{empty}: empty file"),
+    (
+        ["predict", "{run}", "{narrow}", "-o", "{tmp}/p.h5"],
+        "{narrow}: group 'f0': field 'aperture': shape (1, 2)",
+    ),
     (["predict", "{run}", "{good}", "-o", "{folder}"], "{folder}: is a directory"),
     (
         ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{folder}"],
@@ -347,12 +435,24 @@ COMMAND_ROWS = [
         ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{tmp}/none.ckpt"],
         "a checkpoint is missing ({tmp}/none.ckpt does not exist)",
     ),
+    (
+        ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{random_ckpt}"],
+        "{random_ckpt} (5000 bytes) is not a checkpoint: no complete torch archive",
+    ),
+    (
+        ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{truncated_ckpt}"],
+        "{truncated_ckpt} (3000 bytes) is not a checkpoint: no complete torch archive",
+    ),
+    (["predict", "{run}", "{good}", "-o", "{tmp}/p.h5"], "{run}/checkpoints/last.ckpt is empty (0 bytes)"),
     (["predict", "{run}", "{good}"], "the following arguments are required: -o/--output"),
+    (["evaluate", "{good}"], "{good}: group 'f0' has no predictions (attributes split, law, correction_name"),
+    (["evaluate", "{text}"], "{text}: not an HDF5 file"),
     (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
     (["check"], "the following arguments are required: data"),
     (["check", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
     (["check", "{text}"], "{text}: not an HDF5 file"),
     (["check", "{nan}"], "{nan}: group 'f2': field 'pressure': 1 non-finite"),
+    (["check", "{narrow}"], "{narrow}: group 'f0': field 'aperture': shape (1, 2)"),
     (["check", "{good}", "--margin", "-1"], "argument --margin: must be an integer >= 0, got -1"),
     (["check", "{good}", "--margin", "two"], "argument --margin: invalid int value: 'two'"),
     (["check", "{good}", "--tolerance", "0"], "argument --tolerance: must be a number > 0, got 0"),
@@ -426,12 +526,37 @@ def test_predictions_on_a_full_disk(tmp_path):
         assert os.listdir(full) == []
 
 
-def test_a_read_only_folder(files, tmp_path, capsys):
+def test_checkpoints_on_a_full_disk(files, tmp_path, capsys, monkeypatch):
+    # A checkpoint of the default CNN takes over 300 kB.
+    with _mounted(tmp_path / "full", "size=100k") as full:
+        (full / "last.ckpt").write_bytes(b"the previous checkpoint")
+        overrides = [
+            f"data.path={files['good']}",
+            f"callbacks.model_checkpoint.dirpath={full}",
+            "~callbacks.figures",
+        ]
+        status, err = _train_checks(tmp_path, capsys, monkeypatch, overrides)
+        _one_line(status, err, f"{full}/best-epoch=000.ckpt: cannot write: No space left on device")
+        assert (full / "last.ckpt").read_bytes() == b"the previous checkpoint"
+        assert os.listdir(full) == ["last.ckpt"]  # no temporary file left behind
+
+
+def test_a_run_directory_on_a_full_disk(files, tmp_path, capsys, monkeypatch):
+    # The first output that does not fit (a figure, a checkpoint) stops the run.
+    with _mounted(tmp_path / "run", "size=100k") as full:
+        status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={files['good']}"])
+        _one_line(status, err, f"error: {full}/", ": cannot write: No space left on device")
+
+
+def test_a_read_only_folder(files, fake_run, tmp_path, capsys):
     with _mounted(tmp_path / "ro", "ro,size=10k") as read_only:
         status, err = _flowlearn(capsys, "convert", str(files["good"]), str(read_only / "out.h5"))
         _one_line(status, err, f"{read_only / 'out.h5'}: cannot write here", "not writable")
         status, err = _flowlearn(capsys, "generate", str(read_only / "gen.h5"), "--quiet")
         _one_line(status, err, f"{read_only / 'gen.h5'}: cannot write here")
+        # Refused before the run is read or any figure drawn.
+        status, err = _flowlearn(capsys, "report", str(fake_run), "--output", str(read_only / "report"))
+        _one_line(status, err, f"{read_only / 'report' / 'report.md'}: cannot write here", "not writable")
 
 
 # ----------------------------------------------------------------------------------- in a real process, a few
@@ -453,6 +578,26 @@ def test_train_py_exits_2_with_one_line(files, tmp_path, overrides, message):
         "train.py", f"hydra.run.dir={tmp_path / 'run'}", f"data.path={files['good']}", *overrides
     )
     _one_line(result.returncode, result.stderr, message)
+
+
+@pytest.mark.parametrize("launcher", ["sequential", "local"])
+def test_a_local_sweep_records_its_failed_run_and_finishes_the_others(files, tmp_path, launcher):
+    # sequential: the default of -m, every run in this process; local: one submitit subprocess per run. Hydra's own
+    # launchers had ended the sweep at the failure (or in UncompletedJobError) with nothing to say which run failed.
+    sweep = tmp_path / "sweep"
+    result = _process(
+        "train.py", "-m", f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep}", f"data.path={files['good']}",
+        "trainer.max_epochs=1", "~callbacks.figures", "seed=abc,0",
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "error: seed must be an integer >= 0, got 'abc'" in result.stderr.splitlines()
+    assert "1 of 2 run(s) failed; the other runs finished" in result.stdout
+    error = (sweep / "0" / "error.txt").read_text().splitlines()[0]
+    assert error == "error: seed must be an integer >= 0, got 'abc'"
+    assert (sweep / "1" / "predictions.h5").is_file() and not (sweep / "1" / "error.txt").exists()
+    report = _process("-m", "flowlearn.cli", "report", str(sweep))
+    assert report.returncode == 1
+    assert f"{sweep / '0'} failed: error: seed must be an integer >= 0, got 'abc'" in report.stderr
 
 
 def test_train_py_with_an_unwritable_run_directory(files, tmp_path):

@@ -24,7 +24,7 @@ from flowlearn.reporting.figures import (
     save_figures,
     showcase,
 )
-from flowlearn.reporting.heldout import split_metrics
+from flowlearn.reporting.heldout import VERDICT_METRICS, HeldOut, split_metrics
 from flowlearn.reporting.runs import metric_series, read_metrics
 from flowlearn.training.predictions import read_predictions
 
@@ -182,6 +182,12 @@ def test_baseline_bars_are_the_median_departure_errors_per_split(fields):
             assert heights[s, r] == pytest.approx(np.median(errors), rel=1e-9), (split, row)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels[0] == "learned" and "LCL" in labels
+
+
+def test_no_baseline_bars_where_no_error_is_defined():
+    # References on the straight line (uniform apertures) without flow rates: no departure or flow-rate error.
+    undefined = {metric: np.array([math.nan]) for metric in VERDICT_METRICS}
+    assert plot_baselines({"test": HeldOut(["f0"], {"model": undefined, "lcl": undefined}, math.nan)}) is None
 
 
 def test_correction_scale_is_diverging_and_centred(fields):

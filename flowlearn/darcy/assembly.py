@@ -133,6 +133,28 @@ class SystemLayout:
         channels = self.num_values // self.num_nodes
         return self.shape if channels == 1 else (channels, *self.shape)
 
+    @cached_property
+    def value_range(self) -> tuple[float, float]:
+        """(low, high): the field values for which the solves stay within float64, log-conductivities for the node
+        forms and transmissibilities for the tensor's edges (where 0 is also fine: an edge that carries nothing).
+        Between them every T_e and every diagonal entry of A (a sum over a node's edges) is so far from float64's
+        limits that a sum of ``num_free`` squares of such numbers, or of their reciprocals, is a normal number: the
+        solves form dot products of vectors scaled like A (residuals) and like its inverse (the adjoint's
+        solutions, which scale as 1/T). Outside, a T_e or one of these overflows or vanishes, and a solve returns
+        inf or NaN, or finds A singular."""
+        if not self.areas_over_lengths.size:
+            return -np.inf, np.inf
+        limits = np.finfo(np.float64)
+        edges_per_node = int(np.bincount(self.edges.reshape(-1), minlength=self.num_nodes).max())
+        margin = 0.5 * np.log(max(self.num_free, 1))
+        low = 0.5 * np.log(limits.tiny) + margin - np.log(self.areas_over_lengths.min())
+        high = 0.5 * np.log(limits.max) - margin - np.log(edges_per_node * self.areas_over_lengths.max())
+        return (
+            (float(low), float(high))
+            if self.rule == "geometric"
+            else (float(np.exp(low)), float(np.exp(high)))
+        )
+
     def system(self, slot: int, values: np.ndarray) -> tuple[np.ndarray, sp.csc_matrix]:
         """(T, A) for one sample's field (num_values,), flattened (module docstring).
 

@@ -40,7 +40,7 @@ class DarcyProblem:
             :class:`DisconnectedRegionError`.
 
     Raises:
-        ProblemError: for a wrong shape, non-finite values or no active Dirichlet node.
+        ProblemError: for a wrong shape, non-finite values, no active Dirichlet node or no free node.
         DisconnectedRegionError: for active regions with no path to a Dirichlet node (unless dropped).
     """
 
@@ -73,6 +73,12 @@ class DarcyProblem:
             if not drop_unconnected:
                 raise DisconnectedRegionError(self._describe_unconnected())
             self.active = self.active & ~self.dropped
+        if not (self.active & ~self.dirichlet).any():
+            raise ProblemError(
+                f"the problem has no free node: every active node of the {'x'.join(map(str, shape))} grid has a "
+                "fixed head, so there is nothing to solve (a fracture map needs a column between its inlet and "
+                "outlet columns)"
+            )
         # The conductivity form its system is built for (see variant), and the variants made so far.
         self.form = "scalar"
         self._variants: dict[str, DarcyProblem] = {self.form: self}

@@ -76,8 +76,9 @@ def solve_pressure(
         SolveInputError: wrong shape, dtype or device (for the engine), non-finite values at active nodes, or a
             tensor that is not positive definite.
         ConvergenceError: an iterative solve missed its tolerance.
-        SolutionError: a solve without sources returned heads outside its Dirichlet range: the conductivities span
-            more than float64 resolves.
+        SolutionError: an active log K outside ``problem.layout.value_range`` (conductances beyond float64), or a
+            solve without sources returned heads outside its Dirichlet range: the conductivities span more than
+            float64 resolves.
     """
     if not isinstance(log_k, torch.Tensor):
         raise SolveInputError(f"log_k must be a torch.Tensor, got {type(log_k).__name__}")
@@ -146,7 +147,7 @@ class PressureSolve(torch.autograd.Function):
         if values.device.type == "cpu":
             # numpy masks and values: on small arrays numpy's checks cost less than starting torch's thread pool.
             used, fixed, active = layout.value_mask, layout.fixed_mask, layout.active_mask
-            checked = (x.numpy() for x in (value_nodes, head_nodes, flow_nodes))
+            checked = tuple(x.numpy() for x in (value_nodes, head_nodes, flow_nodes))
         else:
             _, _, _, _, fixed, active = layout.torch_tensors(values.device)
             used = torch.as_tensor(layout.value_mask, device=values.device)
@@ -155,9 +156,11 @@ class PressureSolve(torch.autograd.Function):
         for name, field, where, shape in zip(
             ("log_k", "dirichlet_values", "sources"), checked, (used, fixed, active), shapes
         ):
-            fault = nonfinite(field, where, shape, batched=True)
+            # A tensor's edges come from its nodes, checked already: the range check names their pixels.
+            fault = None if name == "log_k" and layout.rule == "linear" else nonfinite(field, where, shape, True)
             if fault:
                 raise SolveInputError(f"{name} has {fault}")
+        _check_float64_range(checked[0], used, problem)
         pressure = call.engine.pressure(problem, value_nodes, head_nodes, flow_nodes, call.role)
         _check_maximum_principle(pressure, value_nodes, head_nodes, flow_nodes, problem)
         return pressure.reshape(heads.shape)
@@ -289,6 +292,40 @@ def _field(
         ) from None
 
 
+def _check_float64_range(
+    values: np.ndarray | torch.Tensor, used: np.ndarray | torch.Tensor, problem: DarcyProblem
+) -> None:
+    """Raise :class:`SolutionError` where a field value the system reads (B, num_values; numpy on the CPU, with
+    ``used``) lies outside :attr:`~flowlearn.darcy.assembly.SystemLayout.value_range`: its conductances overflow
+    float64 or vanish in it, and no engine could solve the system (multigrid and the factorisations fail on it, each
+    in its own way). Names the pixel (and the axis of a conductivity per axis, or the edge of a tensor's)."""
+    layout = problem.layout
+    low, high = layout.value_range
+    inside = (values >= low) & (values <= high)
+    if layout.rule == "linear":
+        inside = inside | (values == 0)  # an edge that carries nothing
+    outside = used & ~inside
+    if not bool(outside.any()):
+        return
+    item, slot = (int(i) for i in torch.as_tensor(outside).nonzero()[0])
+    value = float(values[item, slot])
+    if layout.rule == "linear":
+        edge = int(np.flatnonzero(layout.slots[:, 0] == slot)[0])
+        ends = [tuple(int(i) for i in np.unravel_index(n, problem.grid.shape)) for n in layout.edges[edge]]
+        what = f"the tensor's edge transmissibility is {value:.6g} between pixels {ends[0]} and {ends[1]}"
+        bounds = f"[{low:.3g}, {high:.3g}] (or 0)"
+    else:
+        index = np.unravel_index(slot, layout.value_shape)
+        axis = f" along {'xyz'[int(index[0])]}" if len(index) > problem.grid.dim else ""
+        pixel = tuple(int(i) for i in index[-problem.grid.dim :])
+        what = f"log K{axis} is {value:.6g} at pixel {pixel}"
+        bounds = f"[{low:.1f}, {high:.1f}]"
+    raise SolutionError(
+        f"{what} of batch item {item}, outside {bounds}, beyond which the pressure solve's conductances overflow "
+        "float64 or vanish in it"
+    )
+
+
 # Relative slack of the maximum-principle check: solves are exact to ~1e-11, so an honest head never leaves the
 # Dirichlet range by more than this fraction of it.
 MAXIMUM_PRINCIPLE_SLACK = 1e-8
@@ -304,10 +341,10 @@ def _check_maximum_principle(
     """Raise when a source-free solve returned heads outside its Dirichlet range: not a solution.
 
     Without sources at free nodes, the discrete solution lies between the lowest and highest Dirichlet head (the
-    matrix is a diagonally dominant M-matrix). A head outside that range means the conductivities span more than
-    float64 resolves at some node, and the factorisation returned rounding noise. Costs a gather and a min and
-    max of the free heads per solve (numpy on the CPU, where torch's small reductions cost 5-10x more); items
-    with sources are not checked.
+    matrix is a diagonally dominant M-matrix). A head outside that range (or NaN) means the conductivities span
+    more than float64 resolves at some node, and the factorisation returned rounding noise. Costs a gather and a
+    min and max of the free heads per solve (numpy on the CPU, where torch's small reductions cost 5-10x more);
+    items with sources are not checked.
     """
     layout = problem.layout
     if pressure.device.type == "cpu":
@@ -322,7 +359,7 @@ def _check_maximum_principle(
     low, high = _row_range(heads[:, fixed])
     slack = MAXIMUM_PRINCIPLE_SLACK * (high - low) + 1e-300
     lowest, highest = _row_range(pressure[:, free])
-    outside = source_free & ((lowest < low - slack) | (highest > high + slack))
+    outside = source_free & ~((lowest >= low - slack) & (highest <= high + slack))  # NaN heads too
     if not bool(outside.any()):
         return
     item = int(outside.nonzero()[0][0])

@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from flowlearn.checks import check_map_shape, check_setting, is_integer, is_number
+from flowlearn.checks import available_memory, check_map_shape, check_setting, is_integer, is_number
 from flowlearn.data.departure import lcl_flow_rate
-from flowlearn.data.lbm import LBMSettings, library_versions, simulate, voxelize
+from flowlearn.data.lbm import LBMSettings, least_box_bytes, library_versions, pick_target, simulate, voxelize
 from flowlearn.data.roughness import RoughnessParams, geometry_stats, rough_fracture
-from flowlearn.data.schema import Fracture, atomic_path, read_fracture, write_fractures
-from flowlearn.errors import SettingError
+from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture, atomic_path, read_fracture, write_fractures
+from flowlearn.errors import ProblemError, SettingError
 
 Range = float | tuple[float, float]
 
@@ -83,10 +83,27 @@ class DatasetConfig:
         )
         shape = check_map_shape(self.shape)
         check_setting(
-            is_number(self.mean_aperture) and self.mean_aperture >= 0,
+            shape[1] >= MIN_FLOW_LENGTH,
+            "shape",
+            f"must have W >= {MIN_FLOW_LENGTH} columns along the flow (the inlet, the outlet and one between)",
+            self.shape,
+        )
+        # Walls a mean aperture of 0 apart touch wherever they are not rough, and nothing flows.
+        check_setting(
+            is_number(self.mean_aperture) and self.mean_aperture > 0,
             "mean_aperture",
-            "must be >= 0",
+            "must be > 0",
             self.mean_aperture,
+        )
+        memory = available_memory()
+        needed = least_box_bytes(shape, self.mean_aperture, self.lbm.reservoir)
+        fitting = shape[0] * shape[1] * memory / needed  # pixels of a map whose box fills the memory
+        check_setting(
+            needed <= memory,
+            "shape",
+            f"needs at least {needed / 2**30:.3g} GiB for each fracture's LBM, more than the {memory / 2**30:.3g} GiB "
+            f"this machine has available: H x W must stay below about {fitting:.3g} pixels at this mean aperture",
+            self.shape,
         )
         for name in ("hurst", "rms_ratio", "mismatch_length", "wavelength_ratio", "shear"):
             value = getattr(self, name)
@@ -186,9 +203,12 @@ def _make(config: DatasetConfig, index: int, lbm: LBMSettings) -> Fracture:
         fracture = generate_fracture(
             config.roughness(index), lbm, config.voxel_size, fracture_name(index), progress=False
         )
-    except ValueError as err:
+    except ProblemError as err:
         # Walls that touch all across the map leave nothing to simulate: name the fracture and its draws.
-        raise ValueError(f"{fracture_name(index)} (drawn {config.draws(index)}): {err}") from err
+        raise ProblemError(
+            f"{fracture_name(index)} (drawn {config.draws(index)}): {err}; raise the mean aperture or lower "
+            "the rms ratio"
+        ) from err
     fracture.provenance["dataset"] = {"index": index, "drawn": config.draws(index)}
     return fracture
 
@@ -227,6 +247,7 @@ def generate_dataset(
     the local cubic law).
     """
     check_setting(is_integer(processes) and processes >= 1, "processes", "must be an integer >= 1", processes)
+    pick_target(config.lbm.target)  # a GPU that is not there fails here, not in the first simulation
     start = time.perf_counter()
     parts = _parts_folder(path, config)
     part_of = {i: parts / f"{fracture_name(i)}.h5" for i in range(config.count)}

@@ -40,7 +40,7 @@ from scipy import ndimage
 from tqdm.auto import tqdm
 
 from flowlearn.checks import check_setting, is_integer, is_number
-from flowlearn.errors import LBMConvergenceError
+from flowlearn.errors import LBMConvergenceError, ProblemError, UnavailableError
 
 CS2 = 1.0 / 3.0  # squared lattice speed of sound: p = cs² ρ in lattice units
 
@@ -247,18 +247,49 @@ def _connected_to_faces(fluid2d: np.ndarray) -> np.ndarray:
 
 
 def pick_target(target: str) -> str:
-    """Where the LBM runs: "cpu" or "gpu" as asked, and for "auto" the GPU when cupy sees a CUDA device."""
-    if target in ("cpu", "gpu"):
-        return target
-    if target != "auto":
+    """Where the LBM runs: "cpu" or "gpu" as asked, and for "auto" the GPU when cupy sees a CUDA device.
+
+    Raises:
+        UnavailableError: "gpu" where cupy sees no CUDA device (or is not installed).
+    """
+    if target not in ("auto", "cpu", "gpu"):
         raise ValueError(f"target must be 'cpu', 'gpu' or 'auto', got {target!r}")
+    if target == "cpu":
+        return target
+    devices, reason = _cuda_devices()
+    if target == "gpu" and not devices:
+        raise UnavailableError(
+            f"the LBM's target gpu needs cupy and a CUDA device, and {reason}: install the cupy of your CUDA "
+            "(e.g. pip install cupy-cuda12x), or run on the CPU (target cpu, or auto)"
+        )
+    return "gpu" if devices else "cpu"
+
+
+def _cuda_devices() -> tuple[int, str]:
+    """The CUDA devices cupy sees, and if none, why."""
     try:
         import cupy
+    except ImportError:
+        return 0, "cupy is not installed"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as error:  # no driver, or a broken one: cupy's own exception types
+        return 0, f"cupy finds no CUDA driver ({error})"
+    return count, "cupy sees no CUDA device"
 
-        return "gpu" if cupy.cuda.runtime.getDeviceCount() > 0 else "cpu"
-    except Exception:
-        # No cupy, no driver or no device: all mean the CPU.
-        return "cpu"
+
+# Bytes per cell of a box: lbmpy's two D3Q19 population fields (source and destination), density and velocity, all
+# float64.
+BYTES_PER_CELL = (2 * 19 + 1 + 3) * 8
+
+
+def least_box_bytes(shape: tuple[int, int], depth: float, reservoir: int) -> int:
+    """The least memory of a run on an (H, W) map whose gap spans at least ``depth`` voxels: its box of
+    2H x (W + 2 reservoir) x (the depth rounded up to DEPTH_QUANTUM) cells, the map and its mirror image in y
+    (see :func:`simulate`)."""
+    height, width = shape
+    depth = DEPTH_QUANTUM * max(1, math.ceil(depth / DEPTH_QUANTUM))
+    return 2 * height * (width + 2 * reservoir) * depth * BYTES_PER_CELL
 
 
 # Depths of the box are rounded up to a multiple of this (with solid), so that fractures of one dataset share a few
@@ -347,7 +378,8 @@ def simulate(fluid: np.ndarray, settings: LBMSettings | None = None, progress: b
     """Run pressure-driven flow through the fluid voxels ``fluid`` (bool (H, W, D)) to steady state.
 
     Raises :class:`LBMConvergenceError` if the steady-state criterion is not met within ``settings.max_steps``,
-    and ``ValueError`` if no fluid path joins the inlet (column 0) to the outlet (column W-1).
+    :class:`ProblemError` if no fluid path joins the inlet (column 0) to the outlet (column W-1), and
+    :class:`UnavailableError` for target "gpu" without a CUDA device.
     """
     settings = settings or LBMSettings()
     if fluid.ndim != 3 or fluid.dtype != bool:
@@ -356,7 +388,7 @@ def simulate(fluid: np.ndarray, settings: LBMSettings | None = None, progress: b
     active = _connected_to_faces(aperture > 0)
     labels, _ = ndimage.label(active)
     if not np.intersect1d(labels[:, 0], labels[:, -1]).any():
-        raise ValueError("no fluid path joins the inlet column to the outlet column; nothing would flow")
+        raise ProblemError("no fluid path joins the inlet column to the outlet column; nothing would flow")
     device = pick_target(settings.target)
     n = settings.reservoir
     height = fluid.shape[0]

@@ -59,6 +59,8 @@ from flowlearn.errors import DataValidationError, OutputError
 SCHEMA_NAME = "flowlearn-fractures"
 SCHEMA_VERSION = 1
 FLOW_AXES = {"x": -1, "y": -2, "z": -3}
+# Pixels along the flow axis a map needs: the inlet and the outlet, whose heads are fixed, and one between them.
+MIN_FLOW_LENGTH = 3
 REQUIRED_ATTRS = ("voxel_size", "flow_axis")
 PRESSURE_ATTRS = ("inlet_pressure", "outlet_pressure")  # required where the group holds a pressure
 FLOWLEARN_FIELDS = ("aperture",)
@@ -147,8 +149,9 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
     """Check one fracture against the schema; raise :class:`DataValidationError` on the first violation.
 
     Checks: 2D or 3D shape, equal shapes of aperture, pressure and mask, finite values, non-negative aperture,
-    a known flow axis, and boundary faces whose mean pressure over active cells matches the declared inlet and
-    outlet within ``BOUNDARY_TOLERANCE`` of their difference. Zero apertures are inactive cells, not errors.
+    a known flow axis with at least ``MIN_FLOW_LENGTH`` pixels along it, and boundary faces whose mean pressure over
+    active cells matches the declared inlet and outlet within ``BOUNDARY_TOLERANCE`` of their difference. Zero
+    apertures are inactive cells, not errors.
     """
     g = fracture.name
     ap, p = fracture.aperture, fracture.pressure
@@ -196,6 +199,13 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
         raise DataValidationError(
             f"{_where(path, g)}: attribute 'flow_axis' is {fracture.flow_axis!r}; "
             f"expected one of {sorted(FLOW_AXES)} that exists for a {ap.ndim}D array"
+        )
+    length = ap.shape[FLOW_AXES[fracture.flow_axis]]
+    if length < MIN_FLOW_LENGTH:
+        raise DataValidationError(
+            f"{_where(path, g, 'aperture')}: shape {ap.shape} has {length} pixel(s) along the flow axis "
+            f"{fracture.flow_axis!r}; at least {MIN_FLOW_LENGTH} are needed, the inlet and outlet and one between "
+            "them whose pressure is solved for"
         )
     if p is not None:
         _check_boundaries(fracture, path)

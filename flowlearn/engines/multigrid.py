@@ -102,7 +102,8 @@ class Multigrid(Factor):
         shape: Image shape (H, W).
 
     Raises:
-        numpy.linalg.LinAlgError: the coarsest matrix is not positive definite (a singular system).
+        numpy.linalg.LinAlgError: the coarsest matrix is not positive definite (a singular system), or the
+            hierarchy leaves float32's range (conductances beyond about 1e+-38).
     """
 
     exact = False
@@ -127,9 +128,12 @@ class Multigrid(Factor):
         while self.levels[-1].kept[1:-1, 1:-1].size > COARSEST:
             with kernel_threads(self.levels[-1].diagonal.size):  # the work is the finer level's
                 self.levels.append(_coarsen(self.levels[-1]))
+        with np.errstate(over="ignore", divide="ignore"):  # what overflows is refused just below
+            self._cycle_levels = [level.single() for level in self.levels]
+        if not _representable(self.levels[-1], self._cycle_levels):
+            raise np.linalg.LinAlgError("the multigrid hierarchy's entries leave float32's range")
         coarsest = scipy.linalg.cho_factor(_dense(self.levels[-1]))
         self._coarsest_inverse = scipy.linalg.cho_solve(coarsest, np.eye(coarsest[0].shape[0]))
-        self._cycle_levels = [level.single() for level in self.levels]
 
     def apply(self, rhs: np.ndarray) -> np.ndarray:
         return self._gather(self._precondition(self._scatter(rhs)))
@@ -263,6 +267,22 @@ def _coarsen(fine: _Level) -> _Level:
             product *= fine.kept  # P^T sums over pixels with unknowns only
             _read_probe(_restrict(fine, product), kept, class_row, class_col, diagonal, couplings)
     return _level(diagonal, couplings, kept, colours=4)
+
+
+def _representable(coarsest: _Level, cycle_levels: list[_Level]) -> bool:
+    """Whether the hierarchy can precondition: ``coarsest`` (float64) finite, and in every level of the cycle
+    (float32) the diagonal and its reciprocal finite, which bounds the couplings too (|a_ij| <= sqrt(a_ii a_jj)).
+    Conductances near float64's limits overflow in the Galerkin products, inf and NaN spreading down the levels;
+    float32 holds only 1e-38 to 3e38."""
+    with np.errstate(over="ignore", divide="ignore"):
+        return all(
+            np.isfinite(x).all()
+            for x in (
+                coarsest.diagonal,
+                coarsest.couplings,
+                *(y for level in cycle_levels for y in (level.diagonal, level.inverse_diagonal)),
+            )
+        )
 
 
 def _dense(level: _Level) -> np.ndarray:

@@ -31,6 +31,7 @@ from matplotlib.image import AxesImage
 from matplotlib.ticker import MaxNLocator
 
 from flowlearn.data.departure import Departure
+from flowlearn.data.schema import atomic_path
 from flowlearn.models.baselines import BASELINES, COMPARED
 from flowlearn.reporting.heldout import MODEL, HeldOut
 from flowlearn.reporting.runs import metric_series
@@ -449,10 +450,11 @@ def plot_departure_maps(maps: Mapping[str, np.ndarray]) -> Figure:
     return fig
 
 
-def plot_baselines(splits: Mapping[str, HeldOut]) -> Figure:
+def plot_baselines(splits: Mapping[str, HeldOut]) -> Figure | None:
     """Bars of the median departure error and the median flow-rate error over the fractures of each split, the
     learned model beside every baseline; the best closed form's median (the bar to beat) is a dotted line, the
-    LCL's a dashed one. Flow-rate errors are drawn where the fractures have reference flow rates."""
+    LCL's a dashed one. Flow-rate errors are drawn where the fractures have reference flow rates, departure errors
+    where the references depart from the straight line; None where neither is defined."""
     labels = {MODEL: "learned", **{b.name: b.label for b in BASELINES}}
     panels = [
         (DEPARTURE_ERR, "departure error (1 − R²)"),
@@ -460,6 +462,8 @@ def plot_baselines(splits: Mapping[str, HeldOut]) -> Figure:
     ]
     first = next(iter(splits.values()))
     panels = [(m, label) for m, label in panels if math.isfinite(first.median(MODEL, m))]
+    if not panels:
+        return None
     fig = Figure(figsize=(4.6 * len(panels), 3.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     rows = list(first.metrics)
@@ -497,12 +501,15 @@ def plot_baselines(splits: Mapping[str, HeldOut]) -> Figure:
 
 
 def save_figures(figures: Mapping[str, Figure], directory: str | Path, dpi: int = 110) -> dict[str, Path]:
-    """Write each figure to ``<directory>/<name>.png``; returns the paths by name."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write each figure to ``<directory>/<name>.png``, atomically; returns the paths by name.
+
+    Raises:
+        OutputError: a figure that cannot be written (a read-only place, a full disk); the earlier file is intact.
+    """
     paths = {}
     for name, fig in figures.items():
-        paths[name] = directory / f"{name}.png"
-        # Trimmed to the drawn content: the fixed-aspect maps rarely fill the figure's height exactly.
-        fig.savefig(paths[name], dpi=dpi, bbox_inches="tight")
+        paths[name] = Path(directory) / f"{name}.png"
+        with atomic_path(paths[name]) as tmp:
+            # Trimmed to the drawn content: the fixed-aspect maps rarely fill the figure's height exactly.
+            fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
     return paths

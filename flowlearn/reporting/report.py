@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from flowlearn.data.schema import atomic_path
 from flowlearn.errors import RunDirectoryError
 from flowlearn.models.baselines import BASELINES, COMPARED, Baseline
 from flowlearn.reporting.figures import figure_set, plot_baselines, save_figures
@@ -133,6 +134,7 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
 
     Raises:
         RunDirectoryError: the directory does not exist or lacks a checkpoint, metrics, config or predictions.
+        OutputError: ``output`` cannot be written (a read-only place, a full disk, a file in the way).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -145,8 +147,8 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     fields = read_predictions(run_dir / "predictions.h5")
     figures = figure_set(fields, columns)
     per_split = {s: r for s in metrics.STAGES if (r := split_metrics(fields, s)) is not None}
-    if per_split:
-        figures["baselines"] = plot_baselines(per_split)
+    if per_split and (baselines := plot_baselines(per_split)) is not None:
+        figures["baselines"] = baselines
     paths = save_figures(figures, output / "figures", dpi=dpi)
     final = final_metrics(columns)
 
@@ -187,7 +189,8 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     config_text = (run_dir / ".hydra" / "config.yaml").read_text()
     lines += ["", "## Config", "", "```yaml", config_text.rstrip(), "```", ""]
     report = output / "report.md"
-    report.write_text("\n".join(lines))
+    with atomic_path(report) as tmp:
+        tmp.write_text("\n".join(lines))
     return report
 
 
@@ -246,6 +249,6 @@ def report_sweep(
         varied = [o for o in overrides[run] if o not in shared]
         lines.append(f"| {name} | {_code(varied)} | {status} | {epochs} | {values} |")
     table = output / "report.md"
-    output.mkdir(parents=True, exist_ok=True)
-    table.write_text("\n".join([*lines, ""]))
+    with atomic_path(table) as tmp:
+        tmp.write_text("\n".join([*lines, ""]))
     return table, incomplete

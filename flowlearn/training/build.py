@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,11 +13,13 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from flowlearn.checks import available_memory, is_integer
 from flowlearn.data.datamodule import FractureRef
-from flowlearn.data.inputs import DEFAULT_INPUTS
+from flowlearn.data.inputs import DEFAULT_INPUTS, channel_count
 from flowlearn.errors import ConfigError, RunDirectoryError
 from flowlearn.models.correction import PixelCorrection
 from flowlearn.models.laws import PermeabilityLaw
+from flowlearn.training.checkpoints import read_checkpoint
 from flowlearn.training.module import TRAINING_DATA, FractureFlowModule
 
 
@@ -27,10 +30,11 @@ def model_inputs(model_cfg: DictConfig) -> tuple[str, ...]:
 
 
 def build_correction(
-    model_cfg: DictConfig, law: PermeabilityLaw, train_refs: Sequence[FractureRef]
+    model_cfg: DictConfig, law: PermeabilityLaw, train_refs: Sequence[FractureRef], batch_size: int = 1
 ) -> nn.Module:
     """Instantiate the correction model, filling in what the data decides: the shape of a pixel model, the
-    dimension of a CNN, and the law's starting value."""
+    dimension of a CNN, and the law's starting value. A network too large for the training maps or for this
+    machine's memory in batches of ``batch_size`` is refused first (:func:`check_network_size`)."""
     target = get_class(model_cfg._target_)
     shapes = sorted({ref.shape for ref in train_refs})
     if issubclass(target, PixelCorrection):
@@ -43,7 +47,105 @@ def build_correction(
     dims = {len(shape) for shape in shapes}
     if len(dims) != 1:
         raise ConfigError(f"the training fractures mix 2D and 3D shapes: {shapes}")
-    return instantiate(model_cfg, dim=dims.pop(), initial=law.initial_raw)
+    dim = dims.pop()
+    check_network_size(model_cfg, dim, shapes, batch_size)
+    return instantiate(model_cfg, dim=dim, initial=law.initial_raw)
+
+
+# Bytes of training state per parameter: the float64 weight, its gradient, Adam's two moments and its update's
+# temporaries (a training step of a 40M-parameter U-Net measured 4.3 float64 numbers per parameter, Lightning aside).
+STATE_BYTES_PER_PARAMETER = 5 * 8
+# Unfolded inputs (im2col columns) of the largest convolution that a training step holds at once: CPU convolutions of
+# float64 unfold the whole batch forwards and again backwards (the peak of a training step in batches of 4 measured
+# 3.1 of them at kernel 5 on 256x256 maps, 3.5 at kernel 25 on 64x64).
+UNFOLDED_COPIES = 3.5
+
+
+def check_network_size(
+    model_cfg: DictConfig, dim: int, shapes: Sequence[tuple[int, ...]], batch_size: int
+) -> None:
+    """Raise :class:`ConfigError` for a network whose ``kernel_size`` or ``levels`` the training maps ``shapes``
+    cannot use, or this machine's memory cannot train in batches of ``batch_size``, naming the largest value that
+    works. A kernel beyond twice the longest side sees nothing but padding, a level beyond the shortest side's
+    halvings nothing but one pixel, and :func:`training_bytes` must stay within the memory available. Checked
+    before anything is allocated."""
+    longest = max(max(shape) for shape in shapes)
+    shortest = min(min(shape) for shape in shapes)
+    map_bounds = {
+        "kernel_size": (
+            2 * longest - 1,
+            f"beyond 2 x {longest} - 1 a kernel reaches past the longest training map ({longest} pixels) on both "
+            "sides from every pixel, into padding only",
+        ),
+        "levels": (
+            math.ceil(math.log2(shortest)),
+            f"halving the shortest side of the training maps ({shortest} pixels) more often leaves one pixel",
+        ),
+    }
+    options = {name: bound for name, bound in map_bounds.items() if name in model_cfg}
+    memory = available_memory()
+    within = f"within the {memory / 2**30:.3g} GiB this machine has available, in batches of {batch_size}"
+
+    def largest_fitting(name: str) -> int | None:
+        """The largest value of option ``name`` up to its map bound whose training fits in memory, the other
+        options unchanged; None when none does."""
+        values = range(1, options[name][0] + 1, 2 if name == "kernel_size" else 1)  # kernels are odd
+        # Memory grows with each option: the values that fit come first.
+        count = bisect.bisect_left(
+            values,
+            True,
+            key=lambda v: training_bytes(model_cfg, dim, shapes, batch_size, **{name: v}) > memory,
+        )
+        return values[count - 1] if count else None
+
+    for name, (bound, reason) in options.items():
+        value = model_cfg[name]
+        if is_integer(value) and value > bound:
+            fitting = largest_fitting(name)
+            memory_note = "" if fitting == bound else f", and at most {fitting} to train {within}"
+            raise ConfigError(
+                f"model.{name} must be at most {bound} on these maps ({reason}){memory_note}, got {value}"
+            )
+    needed = training_bytes(model_cfg, dim, shapes, batch_size)
+    if needed > memory:
+        sizes = ", ".join(f"model.{name}={value}" for name, value in model_cfg.items() if is_integer(value))
+        fitting = [(name, largest_fitting(name)) for name in options]
+        hint = ", ".join(f"model.{name} up to {largest}" for name, largest in fitting if largest is not None)
+        raise ConfigError(
+            f"the model ({sizes}) needs about {needed / 2**30:.3g} GiB to train on maps of up to "
+            f"{'x'.join(map(str, max(shapes, key=math.prod)))} pixels (its parameters with their gradients and "
+            f"Adam's moments, its activations, its convolutions' unfolded inputs), more than fits {within}; "
+            + (f"{hint} would fit, the other values unchanged" if hint else "make it smaller")
+        )
+
+
+def training_bytes(
+    model_cfg: DictConfig, dim: int, shapes: Sequence[tuple[int, ...]], batch_size: int, **values: int
+) -> int:
+    """An estimate of the memory a training step of the network ``model_cfg`` (``values`` replacing its
+    options) takes on the largest of ``shapes`` in batches of ``batch_size``, from the network built and run on
+    torch's meta device, which computes shapes and allocates nothing: its parameters (with their gradients and
+    Adam's moments), every layer's output (kept for the backward pass) and the unfolded inputs of its largest
+    convolution."""
+    largest = max(shapes, key=math.prod)
+    activations = unfolded = 0
+
+    def record(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        nonlocal activations, unfolded
+        activations += output.numel() * output.element_size()
+        if isinstance(module, nn.modules.conv._ConvNd):
+            columns = inputs[0].shape[0] * module.in_channels * math.prod(module.kernel_size)
+            unfolded = max(unfolded, columns * math.prod(output.shape[2:]) * output.element_size())
+
+    with torch.device("meta"):
+        network = instantiate(OmegaConf.merge(model_cfg, values), dim=dim)
+        for module in network.modules():
+            if not list(module.children()):
+                module.register_forward_hook(record)
+        channels = channel_count(model_inputs(model_cfg), dim)
+        network(torch.zeros(batch_size, channels, *largest, dtype=torch.float64))
+    parameters = sum(p.numel() for p in network.parameters())
+    return round(parameters * STATE_BYTES_PER_PARAMETER + activations + UNFOLDED_COPIES * unfolded)
 
 
 def load_run(
@@ -66,6 +168,7 @@ def load_run(
             raise FileNotFoundError(f"{needed}: is a directory, not {what} file")
         if not needed.exists():
             raise FileNotFoundError(f"{run_dir}: {what} is missing ({needed} does not exist)")
+    saved = read_checkpoint(checkpoint, option=None, weights_only=True)
     cfg = OmegaConf.load(config_path)
     try:
         law = instantiate(cfg.law)
@@ -75,7 +178,6 @@ def load_run(
             "trained with law=cubic or law=transmissivity (now law=ap2, T = Ā·Ap²/12·W, and law=lcl) need training "
             "again"
         ) from error
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     state, record = saved["state_dict"], saved.get(TRAINING_DATA, {})
     # A run trained before the power-law baseline existed carries no exponent: that baseline stays absent.
     state.setdefault("power_exponent", torch.tensor(math.nan, dtype=torch.float64))

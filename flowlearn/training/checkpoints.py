@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
+import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-            torch.save(checkpoint, fh)
+            try:
+                torch.save(checkpoint, fh)
+            except RuntimeError as error:
+                # torch's zip writer reports a failed write (a full disk) as a RuntimeError raised while handling
+                # the OSError: that one is what atomic_path reports, as an OutputError.
+                if isinstance(error.__context__, OSError):
+                    raise error.__context__ from None
+                raise
 
 
 class EpochCheckpoint(ModelCheckpoint):
@@ -215,26 +223,38 @@ def checkpoint_epoch(path: Path) -> int:
     return int(read_checkpoint(path)["epoch"])
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
-    """The Lightning checkpoint ``path``, loaded on the CPU; :class:`CheckpointError` if unusable.
+def read_checkpoint(
+    path: Path, option: str | None = "ckpt_path", weights_only: bool = False
+) -> dict[str, Any]:
+    """The Lightning checkpoint ``path``, loaded on the CPU; :class:`CheckpointError` if unusable, naming the file
+    (after ``option``, the setting that gave it, where there is one).
 
-    Reads the whole file, so a truncated, empty or foreign file fails here, before any training, with one line
-    naming it.
+    Reads the whole file, so a truncated, empty or foreign file fails here, before any training or prediction,
+    with one line naming it. ``weights_only`` loads tensors and plain containers alone (torch's safe unpickler):
+    for a command that only reads the weights.
     """
+    name = f"{option}: {path}" if option else str(path)
     if not path.is_file():
-        raise CheckpointError(f"ckpt_path: no such checkpoint file: {path}")
+        raise CheckpointError(f"{option or 'checkpoint'}: no such checkpoint file: {path}")
     size = path.stat().st_size
     if size == 0:
-        raise CheckpointError(f"ckpt_path: {path} is empty (0 bytes), not a checkpoint")
+        raise CheckpointError(f"{name} is empty (0 bytes), not a checkpoint")
+    # torch.save writes a zip archive, whose directory comes last: a truncated one has none. (torch's own error
+    # for it, under weights_only, advises loading the file as unsafe pickle instead.)
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"{name} ({size} bytes) is not a checkpoint: no complete torch archive (truncated, or another kind of "
+            "file)"
+        )
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=weights_only)
     except Exception as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise CheckpointError(
-            f"ckpt_path: {path} ({size} bytes) is not a readable checkpoint, truncated or corrupt: {reason}"
+            f"{name} ({size} bytes) is not a readable checkpoint, truncated or corrupt: {reason}"
         ) from None
     if not isinstance(checkpoint, dict) or not {"epoch", "global_step", "state_dict"} <= set(checkpoint):
-        raise CheckpointError(f"ckpt_path: {path} is not a Lightning training checkpoint")
+        raise CheckpointError(f"{name} is not a Lightning training checkpoint")
     return checkpoint
 
 

@@ -224,7 +224,10 @@ class FractureFlowModule(L.LightningModule):
         problems = self._problems_of(batch)
         # One fracture at a time (each has its own problem), each a batch of one: the conductivity's form is read
         # from its shape, and a per-axis or tensor field has no unbatched shape.
-        pressure = torch.cat([self._solve(log_k[i : i + 1], problem) for i, problem in enumerate(problems)])
+        names = batch["name"]
+        pressure = torch.cat(
+            [self._solve(log_k[i : i + 1], problem, names[i]) for i, problem in enumerate(problems)]
+        )
         if self.law.has_flow_units:
             flow_rate = torch.cat(
                 [
@@ -242,14 +245,17 @@ class FractureFlowModule(L.LightningModule):
             "flow_rate": flow_rate,
         }
 
-    def _solve(self, log_k: torch.Tensor, problem: DarcyProblem) -> torch.Tensor:
-        """The pressure of one fracture by ``self.solver`` on the solver's own device, returned on ``log_k``'s
+    def _solve(self, log_k: torch.Tensor, problem: DarcyProblem, name: str) -> torch.Tensor:
+        """The pressure of fracture ``name`` by ``self.solver`` on the solver's own device, returned on ``log_k``'s
         device: the model may sit elsewhere (Lightning hands it back to the CPU after fitting, for one), and the
-        gradient crosses the copy."""
+        gradient crosses the copy. A solve that fails names the fracture."""
         engine = get_engine(self.solver)
-        if engine.device is None or engine.device == log_k.device:
-            return solve_pressure(log_k, problem, solver=engine)
-        return solve_pressure(log_k.to(engine.device), problem, solver=engine).to(log_k.device)
+        try:
+            if engine.device is None or engine.device == log_k.device:
+                return solve_pressure(log_k, problem, solver=engine)
+            return solve_pressure(log_k.to(engine.device), problem, solver=engine).to(log_k.device)
+        except (SolveInputError, SolutionError) as error:
+            raise type(error)(f"fracture {name}: {error}") from error
 
     @torch.no_grad()
     def baseline_solutions(self, batch: dict, index: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -269,7 +275,7 @@ class FractureFlowModule(L.LightningModule):
         for name in BASELINE_NAMES:
             log_t = baseline_log_t(name, log_aperture, active, float(self.power_exponent), inclination, slope)
             if log_t is not None:
-                pressure = self._solve(log_t, problem)
+                pressure = self._solve(log_t, problem, batch["name"][index])
                 solutions[name] = (pressure[0], outlet_flow_rate(log_t, pressure, problem)[0])
         return solutions
 
@@ -317,7 +323,7 @@ class FractureFlowModule(L.LightningModule):
                 batch = as_batch(dataset[index], self.device)
                 (problem,) = self._problems_of(batch, baseline=True)
                 log_t = power_law_log_t(self.log_aperture(batch), batch["active"], exponent)
-                pressure = self._solve(log_t, problem)
+                pressure = self._solve(log_t, problem, batch["name"][0])
                 free = torch.from_numpy(problem.free).unsqueeze(0).to(pressure.device)
                 nan = torch.full((1,), math.nan, dtype=torch.float64, device=self.device)
                 heads = (batch["inlet_pressure"], batch["outlet_pressure"])
@@ -396,8 +402,9 @@ class FractureFlowModule(L.LightningModule):
         try:
             fields = self(batch)
         except (SolveInputError, SolutionError) as error:
-            # Non-finite or float64-breaking conductivities: from the data before any step, else from training.
-            if not self.global_step:
+            # Non-finite or float64-breaking conductivities: from the data before any step or where the untrained
+            # law's break the solve too (a test fracture that training never met), else from training.
+            if not self.global_step or self._untrained_breaks_solve(batch):
                 raise
             raise self._diverged(f"the model's conductivities broke the solve: {error}") from error
         predicted = fields["pressure"]
@@ -442,6 +449,20 @@ class FractureFlowModule(L.LightningModule):
             self._epoch_fractures += batch_size
             self.log(LOSS, loss, prog_bar=True, on_step=False, on_epoch=True, batch_size=batch_size)
         return loss
+
+    @torch.no_grad()
+    def _untrained_breaks_solve(self, batch: dict) -> bool:
+        """Whether the law's own conductivities, with the correction a model starts from, break the solve of a
+        fracture of ``batch`` too."""
+        log_aperture = self.log_aperture(batch)
+        raw = torch.full_like(log_aperture, self.law.initial_raw)
+        log_k = self.law.log_k(log_aperture, raw, batch["active"], batch["inclination"])
+        try:
+            for i, problem in enumerate(self._problems_of(batch)):
+                self._solve(log_k[i : i + 1], problem, batch["name"][i])
+        except (SolveInputError, SolutionError):
+            return True
+        return False
 
     def _diverged(self, what: str) -> DivergenceError:
         """The error of a run that diverged, naming the learning rate to lower (the damping to raise, for

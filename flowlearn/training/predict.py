@@ -10,7 +10,7 @@ from pathlib import Path
 from flowlearn.data.datamodule import FractureDataset, find_fractures
 from flowlearn.data.inclination import NO_WALLS, SMOOTHING, fractures_without_inclination
 from flowlearn.data.inputs import require_inputs
-from flowlearn.data.schema import read_fracture
+from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, out_of_range
 from flowlearn.training.build import load_run
 from flowlearn.training.predictions import write_predictions
@@ -39,7 +39,9 @@ def predict(
     Returns the number of fractures written.
     """
     paths = [str(p) for p in inputs]
-    # The inputs first: a bad file is found before the model is loaded.
+    # The inputs first: a bad file or fracture is found before the model is loaded.
+    for path in paths:
+        validate_file(path)
     refs = find_fractures(paths)
     module, cfg = load_run(run_dir, checkpoint)
     needs, needed_by = module.correction.inputs, f"the model of {run_dir} reads"

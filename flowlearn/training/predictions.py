@@ -32,10 +32,13 @@ import torch
 
 from flowlearn.data.datamodule import FractureDataset
 from flowlearn.data.schema import atomic_hdf5, open_file
+from flowlearn.errors import DataValidationError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
 from flowlearn.training.module import FractureFlowModule, as_batch
 
 FIELD_NAMES = ("aperture", "active", "correction", "log_k", "pressure", "pressure_reference")
+# The attributes every group has.
+REQUIRED_ATTRIBUTES = ("split", "law", "correction_name")
 BASELINE_PREFIX = "pressure_"
 FLOW_RATE_PREFIX = "flow_rate_"
 
@@ -187,11 +190,28 @@ def _write_group(out: h5py.File, fields: FractureFields) -> None:
 
 
 def read_predictions(path: str | Path) -> list[FractureFields]:
-    """Every fracture of a ``predictions.h5`` file, in group order."""
+    """Every fracture of a ``predictions.h5`` file, in group order.
+
+    Raises:
+        FileNotFoundError: no such file.
+        DataValidationError: not HDF5, or a group without the attributes and the ``pressure`` of a predictions
+            group (a fracture file, say).
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no predictions file {path}")
     with open_file(path) as f:
+        for name, group in f.items():
+            if (
+                not isinstance(group, h5py.Group)
+                or "pressure" not in group
+                or any(key not in group.attrs for key in REQUIRED_ATTRIBUTES)
+            ):
+                raise DataValidationError(
+                    f"{path}: group '{name}' has no predictions (attributes {', '.join(REQUIRED_ATTRIBUTES)} and "
+                    "field 'pressure'): not a predictions file; give a run's predictions.h5 or a file that "
+                    "flowlearn predict wrote"
+                )
         return [_read_group(name, group) for name, group in f.items()]
 
 

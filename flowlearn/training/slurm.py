@@ -5,9 +5,14 @@ changes:
 
 - A run that fails leaves ``error.txt`` in its run directory (its one-line error and the job's log file), which
   ``flowlearn report`` shows, and its job still ends with a result, so the sweep's other runs finish and are
-  collected; the sweep then names every failed run and exits with status 1.
+  collected; the sweep then names every failed run and exits with the first one's error.
 - In a job with several tasks (DDP, ``tasks_per_node`` > 1) only rank 0 writes Hydra's files (``.hydra/``, the
   job's log file); the other ranks write nothing.
+
+Local sweeps record failed runs the same way: :class:`LocalLauncher` (``hydra/launcher=local``, one subprocess per
+run through submitit) and :class:`SequentialLauncher` (``hydra/launcher=sequential``, every run in this process one
+after the other: the default of ``python train.py -m``), where Hydra's own launchers had let a user error end the
+sweep (``UncompletedJobError``, or the exit of the whole process) without a record of which run failed.
 
 A job that SLURM warns before its time limit (``SIGUSR2``) checkpoints at the next epoch boundary, requeues itself
 and resumes in the same run directory: see :mod:`flowlearn.training.requeue`.
@@ -22,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import CompactHydraException
@@ -46,8 +52,9 @@ class _RecordFailure:
     """The task function of a job, which writes ``error.txt`` into the run directory when the run fails.
 
     flowlearn exits with :class:`~flowlearn.errors.UserErrorExit` on a user error; that exit becomes Hydra's
-    ``CompactHydraException`` (printed as one line, without a traceback), so Hydra returns a failed result instead of the job dying without one (submitit
-    then knows the job ended even on a cluster without accounting, where ``sacct`` cannot tell it).
+    ``CompactHydraException`` (printed as one line, without a traceback), so Hydra returns a failed result instead of
+    the job dying without one (submitit then knows the job ended even on a cluster without accounting, where
+    ``sacct`` cannot tell it; the sequential launcher goes on with the next run).
     """
 
     def __init__(self, task_function: TaskFunction) -> None:
@@ -69,7 +76,8 @@ class _RecordFailure:
                 message = stop.code if isinstance(stop.code, str) else f"exited with status {stop.code}"
                 print(message, file=sys.stderr)
             _record(run_dir, message)
-            raise CompactHydraException(message) from None
+            # The sweep reports it as a user error of its own, "error: " and all.
+            raise CompactHydraException(message.removeprefix("error: ")) from None
         except Exception as error:
             traceback.print_exc()  # into the job's log; the sweep gets the exception itself
             _record(run_dir, f"{type(error).__name__}: {error}")
@@ -77,20 +85,50 @@ class _RecordFailure:
 
 
 def _record(run_dir: Path, message: str) -> None:
-    """Write a failed run's ``error.txt`` (from rank 0 only): its error and the job's log file."""
+    """Write a failed run's ``error.txt`` (from rank 0 only): its error and, for a submitit job, the job's log file
+    (a run in the sweep's own process printed its error where the sweep prints)."""
     import submitit
 
-    env = submitit.JobEnvironment()
+    try:
+        env = submitit.JobEnvironment()
+    except RuntimeError:  # not a submitit job
+        (run_dir / ERROR_FILE).write_text(f"{message}\n")
+        return
     if env.global_rank == 0:
         (run_dir / ERROR_FILE).write_text(f"{message}\nlog: {env.paths.stderr}\n")
 
 
-class SlurmLauncher(submitit_launcher.SlurmLauncher):
-    """hydra-submitit-launcher's SLURM launcher, with failed runs recorded and rank-0 outputs (see the module
-    docstring). Configured by ``configs/hydra/launcher/slurm.yaml``."""
+class _RecordsFailures:
+    """A Hydra launcher (mixed in before it) whose runs record their failures (:class:`_RecordFailure`) and whose
+    sweep logs one line per failed run."""
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=_RecordFailure(task_function), config=config)
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Run every job and log one line per failed run; Hydra then raises the first failed run's error."""
+        results = super().launch(job_overrides, initial_job_idx)
+        failed = [r for r in results if r.status is JobStatus.FAILED]
+        for result in failed:
+            log.error("failed run %s: %s", " ".join(result.overrides or []), result._return_value)
+        if failed:
+            log.error("%d of %d run(s) failed; the other runs finished", len(failed), len(results))
+        return results
+
+
+class SequentialLauncher(_RecordsFailures, BasicLauncher):
+    """Hydra's basic launcher (every run in this process, one after the other), with failed runs recorded.
+    Configured by ``configs/hydra/launcher/sequential.yaml``, the default of ``python train.py -m``."""
+
+
+class LocalLauncher(_RecordsFailures, submitit_launcher.LocalLauncher):
+    """hydra-submitit-launcher's local launcher (one subprocess per run), with failed runs recorded. Configured by
+    ``configs/hydra/launcher/local.yaml``."""
+
+
+class SlurmLauncher(_RecordsFailures, submitit_launcher.SlurmLauncher):
+    """hydra-submitit-launcher's SLURM launcher, with failed runs recorded and rank-0 outputs (see the module
+    docstring). Configured by ``configs/hydra/launcher/slurm.yaml``."""
 
     def __call__(
         self,
@@ -115,13 +153,7 @@ class SlurmLauncher(submitit_launcher.SlurmLauncher):
                 job's SLURM tasks (Lightning would fail in every task of that job).
         """
         self._check_tasks(job_overrides, initial_job_idx)
-        results = super().launch(job_overrides, initial_job_idx)
-        failed = [r for r in results if r.status is JobStatus.FAILED]
-        for result in failed:
-            log.error("failed run %s: %s", " ".join(result.overrides or []), result._return_value)
-        if failed:
-            log.error("%d of %d run(s) failed; the other runs finished", len(failed), len(results))
-        return results
+        return super().launch(job_overrides, initial_job_idx)
 
     def _check_tasks(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> None:
         """Lightning under SLURM runs one process per SLURM task: ``trainer.devices`` must equal ``tasks_per_node``

@@ -12,12 +12,14 @@ Outputs, in the run directory (Hydra's output directory):
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate, to_absolute_path
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -32,6 +34,7 @@ from flowlearn.training.build import build_correction, model_inputs
 from flowlearn.training.checkpoints import prepare_outputs
 from flowlearn.training.config import exit_with_user_error, validate_config
 from flowlearn.training.console import quiet_lightning, summary
+from flowlearn.training.metrics import LOSS
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import write_predictions
 
@@ -54,6 +57,18 @@ def run(cfg: DictConfig) -> float | None:
             raise
         exit_with_user_error(cause)
     return metrics.get("val/mse")
+
+
+def _monitor_training_loss(callbacks: list[L.Callback], fractions: Sequence[float]) -> None:
+    """Point the checkpoints that monitor a validation metric at the training loss, saying so in one line: without
+    validation fractures they would write no best checkpoint, with a warning from Lightning at every epoch."""
+    for callback in callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.monitor and callback.monitor.startswith("val/"):
+            log.info(
+                f"no validation fractures (data.fractions={list(fractions)}): the best checkpoint keeps the epoch "
+                f"of the lowest training loss ({LOSS}) instead of the lowest {callback.monitor}"
+            )
+            callback.monitor = LOSS
 
 
 def _user_error(error: BaseException | None) -> BaseException | None:
@@ -111,7 +126,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         log.warning(f"law={law.name}: {len(flat)} fracture(s) have {NO_WALLS}; the first: {flat[0]}")
     weight = flow_rate_weight(OmegaConf.select(cfg, "loss.flow_rate_weight"), law, datamodule.splits["train"])
     train_refs = datamodule.splits["train"].refs
-    correction = build_correction(cfg.model, law, train_refs)
+    correction = build_correction(cfg.model, law, train_refs, batch_size=cfg.data.batch_size)
     solver = instantiate(cfg.solver)  # a missing backend (Julia, GPU) fails here, before any training
     statistics = statistic_ranges(
         aperture_statistics(read_fracture(ref.path, ref.name, validate=False)) for ref in train_refs
@@ -128,7 +143,12 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
 
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     logger = instantiate(cfg.logger)
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
+    no_validation = not datamodule.splits["val"].refs
+    if no_validation:
+        _monitor_training_loss(callbacks, cfg.data.fractions)
+    # Without validation fractures, no validation loop (Lightning would warn of its empty loader every epoch).
+    options = {"limit_val_batches": 0} if no_validation else {}
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **options)
     ckpt_path = to_absolute_path(cfg.ckpt_path) if cfg.ckpt_path else None
     # An unwritable output folder or a broken ckpt_path fails here, before any training.
     prepare_outputs(run_dir, callbacks, logger, ckpt_path)
