@@ -157,7 +157,9 @@ class PressureSolve(torch.autograd.Function):
             ("log_k", "dirichlet_values", "sources"), checked, (used, fixed, active), shapes
         ):
             # A tensor's edges come from its nodes, checked already: the range check names their pixels.
-            fault = None if name == "log_k" and layout.rule == "linear" else nonfinite(field, where, shape, True)
+            fault = (
+                None if name == "log_k" and layout.rule == "linear" else nonfinite(field, where, shape, True)
+            )
             if fault:
                 raise SolveInputError(f"{name} has {fault}")
         _check_float64_range(checked[0], used, problem)
