@@ -106,6 +106,12 @@ def system_field(log_k: torch.Tensor, problem: DarcyProblem) -> tuple[DarcyProbl
         return problem.variant("axes"), log_k
     active = torch.as_tensor(problem.active, device=log_k.device)
     check_tensor(log_k.detach(), active)
+    if not torch._C._functorch.is_batchedtensor(log_k):  # no value may decide under vmap (see check_tensor)
+        # The diagonal's logs in float64's reach, as for a conductivity per axis: beyond it the edges would
+        # overflow, or vanish into edges that carry nothing.
+        axes = problem.variant("axes")
+        diagonal = log_k.detach()[:, :2].reshape(log_k.shape[0], -1)
+        _check_float64_range(diagonal, torch.as_tensor(axes.layout.value_mask, device=log_k.device), axes)
     grid = problem.grid
     return problem.variant(EDGES), edge_transmissibilities(log_k, active, grid.spacing, grid.thickness)
 
