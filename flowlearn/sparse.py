@@ -38,3 +38,13 @@ def csr_product(matrix: sp.csr_matrix) -> Callable[[np.ndarray], np.ndarray]:
         return np.stack([product(np.ascontiguousarray(column)) for column in x.T], axis=1)
 
     return product
+
+
+def diagonal_positions(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """int64 (n,): where each row's (or column's) diagonal entry sits in a CSR (or CSC) pattern; ValueError where
+    one lacks it."""
+    lines = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    positions = np.flatnonzero(indices == lines)
+    if positions.size != indptr.size - 1:
+        raise ValueError("every row of the pattern must hold its diagonal entry")
+    return positions

@@ -27,7 +27,7 @@ import torch
 
 from flowlearn.darcy.conductivity import candidate_edges
 from flowlearn.darcy.grid import Grid
-from flowlearn.sparse import csr_product
+from flowlearn.sparse import csr_product, diagonal_positions
 
 
 class SystemLayout:
@@ -111,8 +111,7 @@ class SystemLayout:
     @cached_property
     def diagonal_positions(self) -> np.ndarray:
         """int64 (num_free,): where each column's diagonal entry sits in the CSC storage."""
-        columns = np.repeat(np.arange(self.num_free), np.diff(self.indptr))
-        return np.flatnonzero(self.indices == columns)
+        return diagonal_positions(self.indptr, self.indices)
 
     @cached_property
     def value_mask(self) -> np.ndarray:

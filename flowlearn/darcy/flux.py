@@ -84,11 +84,11 @@ def column_flow_rates(log_k: torch.Tensor, pressure: torch.Tensor, problem: Darc
     """Flow rate from each column (x index) into the next, summed over the problem's edges between them.
 
     Each edge carries its term of the free-node equations, ``T_e * (h_a - h_b)``, over the edges of ``problem``
-    (both ends active) that cross from one column to the next (the tensor form's diagonals among them). In the Darcy solution of a problem whose
-    only Dirichlet nodes are the first and last columns and which has no sources (:meth:`DarcyProblem.fracture`),
-    every column passes the same flow rate, the outlet's (:func:`outlet_flow_rate`), whatever log K is. For a
-    pressure that is not the solution for this log K (a reference computed otherwise), the rates differ from
-    column to column.
+    (both ends active) that cross from one column to the next (the tensor form's diagonals among them). In the
+    Darcy solution of a problem whose only Dirichlet nodes are the first and last columns and which has no sources
+    (:meth:`DarcyProblem.fracture`), every column passes the same flow rate, the outlet's
+    (:func:`outlet_flow_rate`), whatever log K is. For a pressure that is not the solution for this log K (a
+    reference computed otherwise), the rates differ from column to column.
 
     Args:
         log_k: the conductivity, in any form of :func:`~flowlearn.darcy.solve.solve_pressure`, float64.

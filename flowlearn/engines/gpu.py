@@ -46,6 +46,7 @@ import torch
 from flowlearn.engines.base import Engine
 from flowlearn.engines.pcg import batched_pcg
 from flowlearn.errors import ConvergenceError, GPUUnavailableError
+from flowlearn.sparse import diagonal_positions
 
 if TYPE_CHECKING:
     from flowlearn.darcy.assembly import SystemLayout
@@ -75,10 +76,7 @@ class EllPattern:
         valid = slot[None, :] < counts[:, None]
         positions = np.where(valid, indptr[:-1, None] + slot[None, :], self.nnz)
         columns = np.where(valid, indices[np.minimum(positions, self.nnz - 1)], 0)
-        rows = np.repeat(np.arange(self.n), counts)
-        diagonal = np.flatnonzero(indices == rows)
-        if diagonal.size != self.n:
-            raise ValueError("every row of the pattern must hold its diagonal entry")
+        diagonal = diagonal_positions(indptr, indices)
         self.positions = torch.as_tensor(positions, dtype=torch.int64, device=device)
         self.columns = torch.as_tensor(columns, dtype=torch.int64, device=device)
         self.diagonal_positions = torch.as_tensor(diagonal, dtype=torch.int64, device=device)
