@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from flowlearn.engines.factor import Factor, FactorEngine
+from flowlearn.engines.factor import FactorEngine
+from flowlearn.engines.inverse import Factor
+from flowlearn.engines.multigrid import one_off_hierarchy
 
 
 class _AMGFactor(Factor):
@@ -32,6 +34,7 @@ class AMGEngine(FactorEngine):
 
     name = "amg"
     exact = False
+    one_off = staticmethod(one_off_hierarchy)
 
     def factorize(self, matrix: sp.csc_matrix, symbolic: Any, expect_reuse: bool = True) -> Factor:
         import pyamg

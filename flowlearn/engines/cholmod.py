@@ -10,7 +10,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from flowlearn.engines import cholmod_available
-from flowlearn.engines.factor import Factor, FactorEngine
+from flowlearn.engines.factor import FactorEngine
+from flowlearn.engines.inverse import Factor
+from flowlearn.engines.multigrid import one_off_hierarchy
 from flowlearn.engines.trisolve import TreePlan, TreeSolver, in_postorder, ldl_from_cholesky, plan_tree
 from flowlearn.errors import SolutionError, UnavailableError
 from flowlearn.threads import usable_cores
@@ -87,6 +89,7 @@ class CholmodEngine(FactorEngine):
 
     name = "cholmod"
     exact = True
+    one_off = staticmethod(one_off_hierarchy)
 
     def __init__(
         self,

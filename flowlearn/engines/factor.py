@@ -1,8 +1,8 @@
-"""CPU engines that factorise: the shared reuse across long sequences of solves, and the :class:`Factor` protocol.
+"""CPU engines that factorise: the reuse of factors across long sequences of solves, shared by every backend.
 
 A factorisation backend (CHOLMOD, SuperLU, AMG) only says how to analyse a sparsity pattern and how to factor one
-matrix into a :class:`Factor` whose ``apply`` approximates ``A^{-1}``: exactly for the direct backends, as one
-multigrid V-cycle for AMG. :class:`FactorEngine` does the rest, the same for all of them.
+matrix into a :class:`~flowlearn.engines.inverse.Factor` whose ``apply`` approximates ``A^{-1}``: exactly for the
+direct backends, as one multigrid V-cycle for AMG. :class:`FactorEngine` does the rest, the same for all of them.
 
 A training loop asks for a forward and an adjoint solve per step, with conductivities that move slightly between
 steps. The engine keeps, per problem and per batch slot, the last factor and the last few solutions of each role, and
@@ -36,22 +36,21 @@ Results are exact to ``rtol`` whichever way is taken, and an iterative solve tha
 from __future__ import annotations
 
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 from numba import njit, prange
-from threadpoolctl import ThreadpoolController
 
 from flowlearn.engines.base import Engine
-from flowlearn.engines.pcg import PCGResult, pcg, symmetric_product, whole
+from flowlearn.engines.inverse import Factor
+from flowlearn.engines.pcg import symmetric_product
 from flowlearn.errors import ConvergenceError
-from flowlearn.threads import kernel_threads
+from flowlearn.threads import kernel_threads, single_threaded_blas
 
 # Earlier solutions per role and batch slot whose span CG starts in (see _start).
 START_BASIS = 3
@@ -65,47 +64,6 @@ REUSE_WORTH = 3
 if TYPE_CHECKING:
     from flowlearn.darcy.assembly import SystemLayout
     from flowlearn.darcy.problem import DarcyProblem
-
-
-class Factor(ABC):
-    """An (approximate) inverse of one matrix. ``exact`` is True when ``apply`` solves with it to round-off (else
-    CG solves its own matrix too); ``reusable`` is False for a factor made quickly for its own matrix alone, which a
-    nearby matrix replaces by one worth reusing rather than iterate with. ``ages`` is True for a factorisation,
-    which preconditions the worse the further the matrices drift from its own, so that the replacement rule renews
-    it; False for a multigrid hierarchy, which preconditions a drifted matrix about as well as its own.
-    ``give_way_after``, for an inexact one, is the number of CG iterations after which a factorisation takes over
-    (None: the engine's ``max_iter``, after which CG fails)."""
-
-    exact: bool
-    reusable: bool = True
-    ages: bool = True
-    give_way_after: int | None = None
-
-    @abstractmethod
-    def apply(self, rhs: np.ndarray) -> np.ndarray:
-        """Return ``A^{-1} rhs`` (or its approximation) for rhs float64 (n,)."""
-
-    def split(self, rhs: np.ndarray) -> tuple[float, Callable[[], np.ndarray]]:
-        """``apply`` as CG takes it (:data:`~flowlearn.engines.pcg.Split`): ``rhs . apply(rhs)`` first, then a
-        function returning ``apply(rhs)``. A factor whose first half of the work gives the former overrides it."""
-        return whole(self.apply)(rhs)
-
-    def preconditions_others(self) -> None:  # noqa: B027 - optional hook, most factors have nothing to shed
-        """Called whenever the factor is about to precondition a matrix other than its own: a factor may then give
-        up precision that only a direct solve of its own matrix needs, for speed."""
-
-    def cg(
-        self,
-        matrix: sp.csc_matrix,
-        rhs: np.ndarray,
-        x0: np.ndarray | None,
-        rtol: float,
-        max_iter: int,
-        x0_image: np.ndarray | None = None,
-    ) -> PCGResult:
-        """:func:`~flowlearn.engines.pcg.pcg` on ``matrix @ x = rhs`` preconditioned by this factor, with torch's
-        threaded products."""
-        return pcg(symmetric_product(matrix), rhs, self.split, x0, rtol, max_iter, x0_image)
 
 
 @dataclass
@@ -144,7 +102,10 @@ class FactorEngine(Engine):
     """A CPU engine built on a factorisation backend: numpy assembly per batch item, factors reused across calls.
 
     Subclasses implement :meth:`factorize` (and :meth:`analyze` when the method has a symbolic phase) and set
-    ``exact``: whether a factor solves exactly (a direct method) or only preconditions CG (multigrid).
+    ``exact``: whether a factor solves exactly (a direct method) or only preconditions CG (multigrid). They may set
+    ``one_off``, the maker of a cheaper preconditioner for a matrix that nothing suggests will be reused,
+    ``(layout, matrix) -> Factor`` or None where it does not apply (the engines here set the multigrid hierarchy
+    of :func:`flowlearn.engines.multigrid.one_off_hierarchy`); without one every matrix is factorised.
 
     Args:
         rtol: Relative energy-norm error at which CG stops (direct solves are exact to round-off).
@@ -161,6 +122,7 @@ class FactorEngine(Engine):
     """
 
     exact: ClassVar[bool]
+    one_off: ClassVar[Callable[[SystemLayout, sp.csc_matrix], Factor | None] | None] = None
 
     def __init__(
         self,
@@ -316,7 +278,7 @@ class FactorEngine(Engine):
         # One step of iterative refinement takes the error from ~eps*cond(A) down to ~eps (1e-12 -> 1e-14 on
         # the fracture grid) for the price of a matvec and one more triangular solve pair.
         self.stats.direct_solves += 1
-        with _single_threaded_blas():
+        with single_threaded_blas():
             solution = entry.factor.apply(rhs)
             return solution + entry.factor.apply(rhs - symmetric_product(matrix)(solution))
 
@@ -329,7 +291,7 @@ class FactorEngine(Engine):
         multigrid: bool = True,
     ) -> None:
         start = time.perf_counter()
-        factor = self._multigrid(state.layout, matrix) if multigrid and not expect_reuse else None
+        factor = self._one_off(state.layout, matrix) if multigrid and not expect_reuse else None
         entry.factor = factor or self.factorize(matrix, state.symbolic, expect_reuse)
         if entry.factor.reusable:
             # The estimate that sizes the reuse budget: what replacing a reused factor costs.
@@ -339,26 +301,20 @@ class FactorEngine(Engine):
         entry.life_seconds, entry.life_solves, entry.cg_seconds, entry.iterated_solves = 0.0, 0, 0.0, 0
         self.stats.factorizations += 1
 
-    def _multigrid(self, layout: SystemLayout, matrix: sp.csc_matrix) -> Factor | None:
-        """A multigrid hierarchy for a one-off matrix of a 2D grid large enough to gain from one, else None."""
+    def _one_off(self, layout: SystemLayout, matrix: sp.csc_matrix) -> Factor | None:
+        """The backend's preconditioner for a one-off matrix where its grid is large enough to gain from one, else
+        None."""
         if (
-            self.multigrid_unknowns is None
-            or len(layout.shape) != 2
+            self.one_off is None
+            or self.multigrid_unknowns is None
             or matrix.shape[0] < self.multigrid_unknowns
         ):
             return None
-        # Imported here: loading numba's compiled kernels costs a one-off solve's time, paid only by those that use it.
-        from flowlearn.engines.multigrid import Multigrid
-
-        try:
-            with _single_threaded_blas():  # BLAS threads would only contend with the kernels' own
-                return Multigrid(matrix, layout.free_nodes, layout.shape)
-        except np.linalg.LinAlgError:  # a coarsest level left indefinite by round-off, or overflowed: factor
-            return None
+        return self.one_off(layout, matrix)
 
     def _pcg(self, state, entry, role, matrix, rhs, max_iter) -> np.ndarray | None:
         start = time.perf_counter()
-        with _single_threaded_blas():
+        with single_threaded_blas():
             start_guess, start_image = _start(matrix, rhs, entry.solutions.get(role, []))
             result = entry.factor.cg(matrix, rhs, start_guess, self.rtol, max_iter, start_image)
         seconds = time.perf_counter() - start
@@ -436,18 +392,6 @@ def _combine(coefficients, vectors, out):  # pragma: no cover - compiled
         for i in range(len(vectors)):
             total += coefficients[i] * vectors[i][k]
         out[k] = total
-
-
-@cache
-def _blas_controller() -> ThreadpoolController:
-    return ThreadpoolController()
-
-
-def _single_threaded_blas():
-    """Solve phases are memory-bound chains of small BLAS calls (triangular solves, dot products), where BLAS
-    threads only add synchronisation: one thread is 2-10x faster, most of all on a busy machine. Factorisations
-    keep all threads."""
-    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 # Any entry may also change by this fraction of its column's old diagonal, times the allowed relative change, for

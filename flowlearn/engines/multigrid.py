@@ -35,15 +35,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 from numba import njit, prange
 
-from flowlearn.engines.factor import Factor
+from flowlearn.engines.inverse import Factor
 from flowlearn.engines.pcg import PCGResult, pcg, whole
-from flowlearn.threads import kernel_threads
+from flowlearn.threads import kernel_threads, single_threaded_blas
+
+if TYPE_CHECKING:
+    from flowlearn.darcy.assembly import SystemLayout
 
 # The coarsest level is factored densely once it has at most this many nodes.
 COARSEST = 400
@@ -203,6 +207,19 @@ class Multigrid(Factor):
             _prolong_add(level.diagonal, level.couplings, level.omega, coarse_x, level.scratch, x)
             _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, False)
         return x
+
+
+def one_off_hierarchy(layout: SystemLayout, matrix: sp.csc_matrix) -> Multigrid | None:
+    """The hierarchy of ``matrix``, the free-node system of ``layout``, as the preconditioner of a one-off solve
+    (:attr:`flowlearn.engines.factor.FactorEngine.one_off`); None where it does not apply (a grid other than 2D)
+    or fails, so that the engine factorises instead."""
+    if len(layout.shape) != 2:
+        return None
+    try:
+        with single_threaded_blas():  # BLAS threads would only contend with the kernels' own
+            return Multigrid(matrix, layout.free_nodes, layout.shape)
+    except np.linalg.LinAlgError:  # a coarsest level left indefinite by round-off, or overflowed: factor
+        return None
 
 
 def _level(diagonal: np.ndarray, couplings: np.ndarray, kept: np.ndarray, colours: int) -> _Level:

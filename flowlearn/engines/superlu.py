@@ -8,7 +8,9 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from flowlearn.engines.factor import Factor, FactorEngine
+from flowlearn.engines.factor import FactorEngine
+from flowlearn.engines.inverse import Factor
+from flowlearn.engines.multigrid import one_off_hierarchy
 
 
 class _SuperLUFactor(Factor):
@@ -26,6 +28,7 @@ class SuperLUEngine(FactorEngine):
 
     name = "superlu"
     exact = True
+    one_off = staticmethod(one_off_hierarchy)
 
     def factorize(self, matrix: sp.csc_matrix, symbolic: Any, expect_reuse: bool = True) -> Factor:
         # A symmetric ordering and no pivoting suit an SPD matrix; the defaults (COLAMD, partial pivoting) do not.

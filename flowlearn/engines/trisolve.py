@@ -283,8 +283,8 @@ def in_postorder(
     CHOLMOD's supernodal factors come postordered, but their relaxed supernodes' padding, once dropped
     (:func:`ldl_from_cholesky`), can leave a tree that is not (a full tensor's 9-point factor at 1024x1024). Every
     entry L_ij (i > j) joins column j to an ancestor, and a postorder numbers each column after its descendants, so
-    the renumbered factor stays lower triangular with the same entries: it factors A[p][:, p] for the renumbered
-    permutation p."""
+    the renumbered factor stays lower triangular with the same entries: it factors ``A[p][:, p]`` for the
+    renumbered permutation p."""
     parent = _parents(factor.indptr.astype(np.int64), factor.indices)
     if _is_postordered(parent, np.arange(parent.size) - _subtree_sizes(parent) + 1):
         return factor, pivots, permutation
