@@ -69,7 +69,7 @@ def loss_of(module: FractureFlowModule, batch: dict) -> torch.Tensor:
     fields = module(batch)
     name, active = batch["name"][0], batch["active"][0]
     heads = float(batch["inlet_pressure"][0]), float(batch["outlet_pressure"][0])
-    mask = torch.from_numpy(module.problem(name, active, *heads).active).unsqueeze(0)
+    mask = torch.from_numpy(module.problems.get(name, active, *heads).active).unsqueeze(0)
     return training_loss(
         fields["pressure"],
         batch["pressure"].to(torch.float64),

@@ -23,6 +23,7 @@ from flowlearn.models.baselines import BASELINE_NAMES, WEDGE_SERIES_BELOW, basel
 from flowlearn.models.laws import ApSquaredLaw, ExponentLaw, power_law_log_t
 from flowlearn.reporting.report import final_metrics
 from flowlearn.reporting.runs import read_metrics
+from flowlearn.training.batches import as_batch
 from flowlearn.training.console import summary
 from flowlearn.training.metrics import (
     DEPARTURE_ERR,
@@ -32,7 +33,7 @@ from flowlearn.training.metrics import (
     linear_profile,
     training_loss,
 )
-from flowlearn.training.module import FractureFlowModule, as_batch
+from flowlearn.training.module import FractureFlowModule
 
 VOXEL_SIZE = 1e-5
 
@@ -208,7 +209,7 @@ def test_the_model_flow_rate_is_in_the_units_of_the_data(data_with_flow_rates):
         with torch.no_grad():
             fields = module(as_batch(item))
         assert float(fields["flow_rate"][0]) == pytest.approx(float(item["flow_rate"]), rel=1e-9)
-        solutions = module.baseline_solutions(as_batch(item), 0)
+        solutions = module.baselines.solutions(as_batch(item), 0, float(module.power_exponent))
         assert float(solutions["lcl"][1]) == pytest.approx(float(item["flow_rate"]), rel=1e-9)
         torch.testing.assert_close(
             fields["pressure"][0], solutions["lcl"][0], equal_nan=True, rtol=1e-9, atol=1e-12
@@ -229,7 +230,7 @@ def test_the_power_exponent_is_fitted_to_the_hidden_one(tmp_path):
         pressure = np.where(problem.active, solve_pressure(log_t, problem).numpy(), 1.5)
         fractures.append(Fracture(f"f{seed}", aperture, pressure, mask=problem.active | (aperture == 0)))
     write_fractures(tmp_path / "hidden.h5", fractures)
-    exponent = _module().fit_power_exponent(FractureDataset(find_fractures(tmp_path / "hidden.h5")))
+    exponent = _module().baselines.fit_power_exponent(FractureDataset(find_fractures(tmp_path / "hidden.h5")))
     assert exponent == pytest.approx(2.4, abs=0.02)
 
 

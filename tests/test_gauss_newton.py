@@ -72,7 +72,7 @@ def test_residuals_sum_to_the_training_loss_and_their_vjp_is_its_gradient(small_
     residuals = module.residuals_of(batch, [param])
     r, _, transpose = linearize(residuals, (param.detach(),))
     fields = module(batch)
-    active = torch.stack([torch.from_numpy(p.active) for p in module._problems_of(batch)])
+    active = torch.stack([torch.from_numpy(p.active) for p in module.problems.of(batch)])
     loss = training_loss(
         fields["pressure"], batch["pressure"], active, fields["flow_rate"], batch["flow_rate"], 0.01
     )

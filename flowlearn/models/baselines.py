@@ -10,8 +10,8 @@ their logged metrics:
 - ``lcl``: T = Ap³/12, the local cubic law (LCL), the law a learned correction must beat; ``improvement`` is
   measured against it;
 - ``power``: T = (Ā³/12)·(Ap/Ā)^a, the single power law whose exponent a minimises the pressure MSE of the training
-  split (fitted once, at the start of training; see :meth:`FractureFlowModule.fit_power_exponent
-  <flowlearn.training.module.FractureFlowModule.fit_power_exponent>`);
+  split (fitted once, at the start of training; see :meth:`BaselineScores.fit_power_exponent
+  <flowlearn.training.baselines.BaselineScores.fit_power_exponent>`);
 - ``wedge``: the LCL with the Stokes-flow correction for non-parallel walls of Nicholl et al. (1999), in the form of
   Brush & Thomson (2003), eq. (33) (see :func:`wedge_factor`), along each axis: T_xx = Ap³/12 · C(∂Ap/∂x),
   T_yy = Ap³/12 · C(∂Ap/∂y), with the aperture map's gradient (:func:`~flowlearn.data.inclination.aperture_slope`,

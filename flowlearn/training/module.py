@@ -4,17 +4,11 @@ Batches come from :class:`flowlearn.data.datamodule.FractureDataModule`: dicts w
 ``active`` (B, *shape), the correction model's ``inputs`` (B, C, *shape), ``inlet_pressure``/``outlet_pressure``,
 ``flow_rate``, ``voxel_size`` (B,) and ``name`` (B strings).
 
-Every fracture gets its own :class:`~flowlearn.darcy.DarcyProblem` (its contact spots differ), kept in a small
-LRU cache so that the solver's symbolic analysis and factors are reused when the fracture comes back. The baselines
-solve on problems of their own: an engine keeps its factors per problem, so their solves leave the model's factor
-reuse, and with it the model's numbers, exactly as they would be without them. The problem's
-grid has unit pixel size and unit thickness, so that the outlet flow rate of a law in transmissivity units is in the
-units of the data's ``flow_rate`` (see :mod:`flowlearn.models.laws`).
-
-Beside the learned model, every stage measures the baselines of :mod:`flowlearn.models.baselines`; their metrics
-are computed once per fracture and kept. The ``power`` baseline's exponent is fitted on the training split when
-fitting starts and is stored with the weights (the ``power_exponent`` buffer), so that a resumed run, the test and
-``flowlearn predict`` reuse it.
+Every fracture gets its own :class:`~flowlearn.darcy.DarcyProblem`, kept between visits
+(:class:`~flowlearn.training.batches.FractureProblems`). Beside the learned model, every stage measures the
+baselines (:class:`~flowlearn.training.baselines.BaselineScores`). The ``power`` baseline's exponent is fitted on the
+training split when fitting starts and is stored with the weights (the ``power_exponent`` buffer), so that a resumed
+run, the test and ``flowlearn predict`` reuse it.
 """
 
 from __future__ import annotations
@@ -23,23 +17,23 @@ import logging
 import math
 import time
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 import lightning as L
 import torch
-from scipy.optimize import minimize_scalar
 from torch import nn
 from torchmetrics import MaxMetric, MeanMetric
 
 from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
-from flowlearn.data.datamodule import FractureDataModule, FractureDataset
+from flowlearn.data.datamodule import FractureDataModule
 from flowlearn.engines import Engine, get_engine
 from flowlearn.errors import ConfigError, DivergenceError, SolutionError, SolveInputError
-from flowlearn.models.baselines import BASELINE_NAMES, COMPARED, baseline_log_t
-from flowlearn.models.laws import PermeabilityLaw, power_law_log_t
+from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
+from flowlearn.models.laws import PermeabilityLaw
+from flowlearn.training.baselines import BaselineScores
+from flowlearn.training.batches import FractureProblems, log_aperture
 from flowlearn.training.gauss_newton import GaussNewton, Residuals
 from flowlearn.training.metrics import (
     IMPROVEMENT,
@@ -66,16 +60,8 @@ EXPLODING_LOSS = 1e3
 # Checkpoint key of what a trained model needs to know of its data: the names of its input channels (``inputs``)
 # and the [min, max] of each aperture statistic over the training split (``statistics``).
 TRAINING_DATA = "training_data"
-# The range searched for the ``power`` baseline's exponent a (T ∝ Ap^a; 3 is the LCL), and the search's tolerance.
-POWER_EXPONENT_BOUNDS = (0.0, 6.0)
-POWER_EXPONENT_TOLERANCE = 0.01
 # The names (without stage) of the baselines' metrics.
 _BASELINE_METRICS = frozenset(metric_name(m.name, b) for b in BASELINE_NAMES for m in METRICS)
-
-
-def as_batch(item: dict, device: torch.device | str = "cpu") -> dict:
-    """A batch of one on ``device`` from a :class:`~flowlearn.data.datamodule.FractureDataset` item."""
-    return {k: [v] if isinstance(v, str) else v.unsqueeze(0).to(device) for k, v in item.items()}
 
 
 class FractureFlowModule(L.LightningModule):
@@ -116,17 +102,14 @@ class FractureFlowModule(L.LightningModule):
         self.law = law
         self.solver = solver
         self.optimizer_factory = optimizer or (lambda params: torch.optim.Adam(params, lr=1e-3))
-        self.cache_size = cache_size
         self.training_statistics = training_statistics or {}
         self.flow_rate_weight = float(flow_rate_weight)
         # Checked where it is used, by metrics.pressure_scale (and for users by the config checks).
         self.pressure_loss = pressure_loss
         # The ``power`` baseline's exponent, NaN until fitted; a buffer, so that checkpoints carry it.
         self.register_buffer("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
-        self._problems: OrderedDict[str, DarcyProblem] = OrderedDict()
-        self._baseline_problems: OrderedDict[str, DarcyProblem] = OrderedDict()
-        # Per fracture (problem key), per baseline, per metric: the value, computed once (a few floats each).
-        self._baseline_metrics: dict[str, dict[str, dict[str, float]]] = {}
+        self.problems = FractureProblems(cache_size)
+        self.baselines = BaselineScores(self._solve, cache_size)
         # The value of each baseline metric of training and validation when last logged, by column: the baselines
         # do not learn, so their metrics repeat epoch after epoch, and are logged again only when they change.
         self._logged_baselines: dict[str, float] = {}
@@ -169,59 +152,14 @@ class FractureFlowModule(L.LightningModule):
 
     # -- the forward model -------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _problem_key(name: str, inlet: float, outlet: float) -> str:
-        return f"{name}|{inlet:.17g}|{outlet:.17g}"
-
-    def problem(
-        self, name: str, active: torch.Tensor, inlet: float, outlet: float, baseline: bool = False
-    ) -> DarcyProblem:
-        """The fracture setup of one fracture: inlet head on the first column, outlet head on the last, on a grid of
-        unit pixel size and thickness (flow rates in the data's units). ``baseline`` gives the baselines' instance
-        of it (see the module docstring)."""
-        problems = self._baseline_problems if baseline else self._problems
-        key = self._problem_key(name, inlet, outlet)
-        if key not in problems:
-            mask = active.detach().cpu().numpy()
-            problems[key] = DarcyProblem.fracture(
-                tuple(mask.shape),
-                inlet=inlet,
-                outlet=outlet,
-                active=mask,
-                pixel_size=1.0,
-                thickness=1.0,
-                drop_unconnected=True,
-            )
-            while len(problems) > self.cache_size:
-                problems.popitem(last=False)
-        problems.move_to_end(key)
-        return problems[key]
-
-    def _heads(self, batch: dict, index: int) -> tuple[float, float]:
-        return float(batch["inlet_pressure"][index]), float(batch["outlet_pressure"][index])
-
-    def _problems_of(self, batch: dict, baseline: bool = False) -> list[DarcyProblem]:
-        return [
-            self.problem(name, batch["active"][i], *self._heads(batch, i), baseline=baseline)
-            for i, name in enumerate(batch["name"])
-        ]
-
-    @staticmethod
-    def log_aperture(batch: dict) -> torch.Tensor:
-        """log of the aperture, with 0 at inactive pixels so that no -inf reaches a gradient."""
-        aperture = batch["aperture"].to(torch.float64)
-        tiny = torch.finfo(torch.float64).tiny
-        return torch.where(batch["active"], torch.log(aperture.clamp_min(tiny)), 0.0)
-
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
         """Predicted fields for a batch: ``raw``, ``correction`` (W, or w for the exponent law) and ``pressure`` (NaN
         where a fracture is inactive), all float64 (B, *shape), ``log_k``, the law's conductivity in the solve's
         form (B, *shape), or (B, 3, H, W) for a tensor law, and ``flow_rate`` (B,) float64, the outlet flow rate (NaN
         for a law without flow-rate units)."""
-        log_aperture = self.log_aperture(batch)
         raw = self.correction(batch["inputs"])
-        log_k = self.law.log_k(log_aperture, raw, batch["active"], batch["inclination"])
-        problems = self._problems_of(batch)
+        log_k = self.law.log_k(log_aperture(batch), raw, batch["active"], batch["inclination"])
+        problems = self.problems.of(batch)
         # One fracture at a time (each has its own problem), each a batch of one: the conductivity's form is read
         # from its shape, and a per-axis or tensor field has no unbatched shape.
         names = batch["name"]
@@ -257,87 +195,12 @@ class FractureFlowModule(L.LightningModule):
         except (SolveInputError, SolutionError) as error:
             raise type(error)(f"fracture {name}: {error}") from error
 
-    @torch.no_grad()
-    def baseline_solutions(self, batch: dict, index: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """Pressure (*shape, float64, NaN where inactive) and outlet flow rate (0-d float64) of every baseline that
-        applies to fracture ``index`` of the batch, by baseline name (``power`` is absent before its exponent is
-        fitted, ``wedge`` where the voxel size is unknown, ``inclined`` where the walls are, ``mlcl`` where
-        either is)."""
-        log_aperture = self.log_aperture(batch)[index : index + 1]
-        active = batch["active"][index : index + 1]
-        inclination, slope = (
-            batch[k][index : index + 1].to(torch.float64) for k in ("inclination", "aperture_slope")
-        )
-        problem = self.problem(
-            batch["name"][index], batch["active"][index], *self._heads(batch, index), baseline=True
-        )
-        solutions = {}
-        for name in BASELINE_NAMES:
-            log_t = baseline_log_t(name, log_aperture, active, float(self.power_exponent), inclination, slope)
-            if log_t is not None:
-                pressure = self._solve(log_t, problem, batch["name"][index])
-                solutions[name] = (pressure[0], outlet_flow_rate(log_t, pressure, problem)[0])
-        return solutions
-
-    def _baseline_metrics_of(
-        self, batch: dict, index: int, free: torch.Tensor
-    ) -> dict[str, dict[str, float]]:
-        """The metrics of each baseline on fracture ``index`` (``free``: its compared pixels), computed once."""
-        key = self._problem_key(batch["name"][index], *self._heads(batch, index))
-        if key not in self._baseline_metrics:
-            reference = batch["pressure"][index : index + 1].to(torch.float64)
-            heads = (batch["inlet_pressure"][index : index + 1], batch["outlet_pressure"][index : index + 1])
-            self._baseline_metrics[key] = {
-                name: {
-                    metric: float(value[0])
-                    for metric, value in fracture_metrics(
-                        pressure.unsqueeze(0),
-                        reference,
-                        free.unsqueeze(0),
-                        *heads,
-                        flow_rate.view(1),
-                        batch["flow_rate"][index : index + 1].to(torch.float64),
-                    ).items()
-                }
-                for name, (pressure, flow_rate) in self.baseline_solutions(batch, index).items()
-            }
-        return self._baseline_metrics[key]
-
     # -- the power-law baseline ----------------------------------------------------------------------------------
 
     def set_power_exponent(self, exponent: float) -> None:
         """Set the ``power`` baseline's exponent (its metrics are computed afresh)."""
         self.power_exponent.fill_(exponent)
-        self._baseline_metrics.clear()
-
-    @torch.no_grad()
-    def fit_power_exponent(self, dataset: FractureDataset) -> float:
-        """The exponent a of T ∝ Ap^a that minimises the mean pressure MSE (the metric's, over the compared pixels)
-        over the fractures of ``dataset``: a bounded Brent search in :data:`POWER_EXPONENT_BOUNDS` to
-        :data:`POWER_EXPONENT_TOLERANCE`. The fractures are read again at every trial exponent, so that memory
-        stays that of one fracture."""
-
-        def mean_mse(exponent: float) -> float:
-            total = 0.0
-            for index in range(len(dataset)):
-                batch = as_batch(dataset[index], self.device)
-                (problem,) = self._problems_of(batch, baseline=True)
-                log_t = power_law_log_t(self.log_aperture(batch), batch["active"], exponent)
-                pressure = self._solve(log_t, problem, batch["name"][0])
-                free = torch.from_numpy(problem.free).unsqueeze(0).to(pressure.device)
-                nan = torch.full((1,), math.nan, dtype=torch.float64, device=self.device)
-                heads = (batch["inlet_pressure"], batch["outlet_pressure"])
-                reference = batch["pressure"].to(torch.float64)
-                total += float(fracture_metrics(pressure, reference, free, *heads, nan, nan)[MSE][0])
-            return total / len(dataset)
-
-        result = minimize_scalar(
-            mean_mse,
-            bounds=POWER_EXPONENT_BOUNDS,
-            method="bounded",
-            options={"xatol": POWER_EXPONENT_TOLERANCE},
-        )
-        return float(result.x)
+        self.baselines.forget()
 
     def on_fit_start(self) -> None:
         """Fit the ``power`` baseline's exponent on the training split, unless the weights (a resumed checkpoint)
@@ -349,7 +212,7 @@ class FractureFlowModule(L.LightningModule):
         exponent = math.nan
         if self.trainer.is_global_zero and len(train):
             begin = time.perf_counter()
-            exponent = self.fit_power_exponent(train)
+            exponent = self.baselines.fit_power_exponent(train, self.device)
             log.info(
                 f"power-law baseline: T ∝ Ap^{exponent:.3g}, fitted on the {len(train)} training fracture(s) in "
                 f"{time.perf_counter() - begin:.2g} s"
@@ -374,7 +237,7 @@ class FractureFlowModule(L.LightningModule):
         keys = [names[id(p)] for p in params]
         reference = batch["pressure"].to(torch.float64)
         reference_flow_rate = batch["flow_rate"].to(torch.float64)
-        active, _ = self._masks(self._problems_of(batch), reference.device)
+        active, _ = self._masks(self.problems.of(batch), reference.device)
         scale = self._pressure_scale(batch, reference, active)
 
         def residuals(values: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -398,7 +261,7 @@ class FractureFlowModule(L.LightningModule):
         return pressure_scale(self.pressure_loss, reference, active, *heads)
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
-        problems = self._problems_of(batch)
+        problems = self.problems.of(batch)
         try:
             fields = self(batch)
         except (SolveInputError, SolutionError) as error:
@@ -438,7 +301,9 @@ class FractureFlowModule(L.LightningModule):
             for name, values in errors.items():
                 _update(metrics[metric_name(name)], values)
             for index in range(len(problems)):
-                for baseline, values in self._baseline_metrics_of(batch, index, free[index]).items():
+                for baseline, values in self.baselines.metrics(
+                    batch, index, free[index], float(self.power_exponent)
+                ).items():
                     for name, value in values.items():
                         _update(
                             metrics[metric_name(name, baseline)], torch.tensor([value], dtype=torch.float64)
@@ -454,11 +319,11 @@ class FractureFlowModule(L.LightningModule):
     def _untrained_breaks_solve(self, batch: dict) -> bool:
         """Whether the law's own conductivities, with the correction a model starts from, break the solve of a
         fracture of ``batch`` too."""
-        log_aperture = self.log_aperture(batch)
-        raw = torch.full_like(log_aperture, self.law.initial_raw)
-        log_k = self.law.log_k(log_aperture, raw, batch["active"], batch["inclination"])
+        log_ap = log_aperture(batch)
+        raw = torch.full_like(log_ap, self.law.initial_raw)
+        log_k = self.law.log_k(log_ap, raw, batch["active"], batch["inclination"])
         try:
-            for i, problem in enumerate(self._problems_of(batch)):
+            for i, problem in enumerate(self.problems.of(batch)):
                 self._solve(log_k[i : i + 1], problem, batch["name"][i])
         except (SolveInputError, SolutionError):
             return True

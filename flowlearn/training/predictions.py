@@ -34,7 +34,8 @@ from flowlearn.data.datamodule import FractureDataset
 from flowlearn.data.schema import atomic_hdf5, open_file
 from flowlearn.errors import DataValidationError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
-from flowlearn.training.module import FractureFlowModule, as_batch
+from flowlearn.training.batches import as_batch
+from flowlearn.training.module import FractureFlowModule
 
 FIELD_NAMES = ("aperture", "active", "correction", "log_k", "pressure", "pressure_reference")
 # The attributes every group has.
@@ -125,7 +126,7 @@ def predict_fields(
     item = dataset[index]
     batch = as_batch(item, module.device)
     fields = module(batch)
-    baselines = module.baseline_solutions(batch, 0)
+    baselines = module.baselines.solutions(batch, 0, float(module.power_exponent))
     reference = batch.get("pressure")
     return FractureFields(
         name=group_name(item["name"]),

@@ -1,0 +1,131 @@
+"""The baselines on the fractures of a run: their pressures and flow rates, their metrics, the power law's fit.
+
+The laws are those of :mod:`flowlearn.models.baselines`; their pressure and flow rate come from the same Darcy solve
+as a learned model's. The baselines do not learn, so each fracture's metrics are computed once and kept. They solve
+on problems of their own: an engine keeps its factors per problem, so the baselines' solves leave the model's factor
+reuse, and with it the model's numbers, exactly as they would be without them.
+
+The ``power`` baseline's exponent is fitted on the training split when fitting starts (:meth:`BaselineScores.
+fit_power_exponent`); the module stores it with its weights, so that a resumed run, the test and ``flowlearn
+predict`` reuse it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from scipy.optimize import minimize_scalar
+
+from flowlearn.darcy.flux import outlet_flow_rate
+from flowlearn.darcy.problem import DarcyProblem
+from flowlearn.data.datamodule import FractureDataset
+from flowlearn.models.baselines import BASELINE_NAMES, baseline_log_t
+from flowlearn.models.laws import power_law_log_t
+from flowlearn.training.batches import FractureProblems, as_batch, heads, log_aperture
+from flowlearn.training.metrics import MSE, fracture_metrics
+
+# The range searched for the ``power`` baseline's exponent a (T ∝ Ap^a; 3 is the LCL), and the search's tolerance.
+POWER_EXPONENT_BOUNDS = (0.0, 6.0)
+POWER_EXPONENT_TOLERANCE = 0.01
+
+# (log-conductivity, problem, fracture name) -> pressure (B, *shape): the module's solve, on its engine and device.
+Solve = Callable[[torch.Tensor, DarcyProblem, str], torch.Tensor]
+
+
+class BaselineScores:
+    """Every baseline on the fractures it is shown, each fracture's metrics computed once.
+
+    Args:
+        solve: The solve the learned model uses (same engine, same device).
+        cache_size: Fractures whose problems are kept between visits.
+    """
+
+    def __init__(self, solve: Solve, cache_size: int) -> None:
+        self._solve = solve
+        self.problems = FractureProblems(cache_size)
+        # Per fracture (problem key), per baseline, per metric: the value (a few floats each).
+        self._metrics: dict[str, dict[str, dict[str, float]]] = {}
+
+    def forget(self) -> None:
+        """Drop the metrics computed so far (the ``power`` exponent changed)."""
+        self._metrics.clear()
+
+    @torch.no_grad()
+    def solutions(
+        self, batch: dict, index: int, power_exponent: float
+    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Pressure (*shape, float64, NaN where inactive) and outlet flow rate (0-d float64) of every baseline that
+        applies to fracture ``index`` of the batch, by baseline name (``power`` is absent while ``power_exponent``
+        is NaN, ``wedge`` where the voxel size is unknown, ``inclined`` where the walls are, ``mlcl`` where either
+        is)."""
+        log_ap = log_aperture(batch)[index : index + 1]
+        active = batch["active"][index : index + 1]
+        inclination, slope = (
+            batch[k][index : index + 1].to(torch.float64) for k in ("inclination", "aperture_slope")
+        )
+        name = batch["name"][index]
+        problem = self.problems.get(name, batch["active"][index], *heads(batch, index))
+        solutions = {}
+        for baseline in BASELINE_NAMES:
+            log_t = baseline_log_t(baseline, log_ap, active, power_exponent, inclination, slope)
+            if log_t is not None:
+                pressure = self._solve(log_t, problem, name)
+                solutions[baseline] = (pressure[0], outlet_flow_rate(log_t, pressure, problem)[0])
+        return solutions
+
+    def metrics(
+        self, batch: dict, index: int, free: torch.Tensor, power_exponent: float
+    ) -> dict[str, dict[str, float]]:
+        """The metrics of each baseline on fracture ``index`` of the batch (``free``: bool (*shape), its compared
+        pixels), by baseline and metric name."""
+        key = FractureProblems.key(batch["name"][index], *heads(batch, index))
+        if key not in self._metrics:
+            reference = batch["pressure"][index : index + 1].to(torch.float64)
+            fixed = (batch["inlet_pressure"][index : index + 1], batch["outlet_pressure"][index : index + 1])
+            reference_flow_rate = batch["flow_rate"][index : index + 1].to(torch.float64)
+            self._metrics[key] = {
+                baseline: {
+                    metric: float(value[0])
+                    for metric, value in fracture_metrics(
+                        pressure.unsqueeze(0),
+                        reference,
+                        free.unsqueeze(0),
+                        *fixed,
+                        flow_rate.view(1),
+                        reference_flow_rate,
+                    ).items()
+                }
+                for baseline, (pressure, flow_rate) in self.solutions(batch, index, power_exponent).items()
+            }
+        return self._metrics[key]
+
+    @torch.no_grad()
+    def fit_power_exponent(self, dataset: FractureDataset, device: torch.device | str = "cpu") -> float:
+        """The exponent a of T ∝ Ap^a that minimises the mean pressure MSE (the metric's, over the compared pixels)
+        over the fractures of ``dataset``: a bounded Brent search in :data:`POWER_EXPONENT_BOUNDS` to
+        :data:`POWER_EXPONENT_TOLERANCE`. The fractures are read again at every trial exponent, so that memory
+        stays that of one fracture."""
+
+        def mean_mse(exponent: float) -> float:
+            total = 0.0
+            for index in range(len(dataset)):
+                batch = as_batch(dataset[index], device)
+                (problem,) = self.problems.of(batch)
+                log_t = power_law_log_t(log_aperture(batch), batch["active"], exponent)
+                pressure = self._solve(log_t, problem, batch["name"][0])
+                free = torch.from_numpy(problem.free).unsqueeze(0).to(pressure.device)
+                nan = torch.full((1,), math.nan, dtype=torch.float64, device=pressure.device)
+                fixed = (batch["inlet_pressure"], batch["outlet_pressure"])
+                reference = batch["pressure"].to(torch.float64)
+                total += float(fracture_metrics(pressure, reference, free, *fixed, nan, nan)[MSE][0])
+            return total / len(dataset)
+
+        result = minimize_scalar(
+            mean_mse,
+            bounds=POWER_EXPONENT_BOUNDS,
+            method="bounded",
+            options={"xatol": POWER_EXPONENT_TOLERANCE},
+        )
+        return float(result.x)

@@ -1,0 +1,75 @@
+"""What the training code reads from a batch, and each fracture's Darcy problem.
+
+A batch (from :class:`~flowlearn.data.datamodule.FractureDataModule`) is a dict with ``aperture``, ``pressure``,
+``active`` (B, *shape), ``inlet_pressure``/``outlet_pressure`` (B,), ``name`` (B strings) and more (see the
+datamodule). Every fracture gets its own :class:`~flowlearn.darcy.DarcyProblem` (its contact spots differ), kept in
+a small LRU cache so that an engine's symbolic analysis and factors, which it keeps per problem, are reused when the
+fracture comes back. The problem's grid has unit pixel size and unit thickness, so that the outlet flow rate of a
+law in transmissivity units is in the units of the data's ``flow_rate`` (see :mod:`flowlearn.models.laws`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+from flowlearn.darcy.problem import DarcyProblem
+
+
+def as_batch(item: dict, device: torch.device | str = "cpu") -> dict:
+    """A batch of one on ``device`` from a :class:`~flowlearn.data.datamodule.FractureDataset` item."""
+    return {k: [v] if isinstance(v, str) else v.unsqueeze(0).to(device) for k, v in item.items()}
+
+
+def log_aperture(batch: dict) -> torch.Tensor:
+    """log of the aperture, float64 (B, *shape), with 0 at inactive pixels so that no -inf reaches a gradient."""
+    aperture = batch["aperture"].to(torch.float64)
+    tiny = torch.finfo(torch.float64).tiny
+    return torch.where(batch["active"], torch.log(aperture.clamp_min(tiny)), 0.0)
+
+
+def heads(batch: dict, index: int) -> tuple[float, float]:
+    """The inlet and outlet heads of fracture ``index`` of ``batch``."""
+    return float(batch["inlet_pressure"][index]), float(batch["outlet_pressure"][index])
+
+
+class FractureProblems:
+    """The Darcy problems of the fractures last seen, at most ``size`` of them, least recently used dropped first.
+
+    Args:
+        size: Fractures whose problems (and so engine factors) are kept between visits.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._problems: OrderedDict[str, DarcyProblem] = OrderedDict()
+
+    @staticmethod
+    def key(name: str, inlet: float, outlet: float) -> str:
+        """What tells two fracture setups apart: the fracture's name and its heads, to the last bit."""
+        return f"{name}|{inlet:.17g}|{outlet:.17g}"
+
+    def get(self, name: str, active: torch.Tensor, inlet: float, outlet: float) -> DarcyProblem:
+        """The fracture setup of one fracture (``active``: bool (*shape)): inlet head on the first column, outlet
+        head on the last, on a grid of unit pixel size and thickness."""
+        key = self.key(name, inlet, outlet)
+        if key not in self._problems:
+            mask = active.detach().cpu().numpy()
+            self._problems[key] = DarcyProblem.fracture(
+                tuple(mask.shape),
+                inlet=inlet,
+                outlet=outlet,
+                active=mask,
+                pixel_size=1.0,
+                thickness=1.0,
+                drop_unconnected=True,
+            )
+            while len(self._problems) > self.size:
+                self._problems.popitem(last=False)
+        self._problems.move_to_end(key)
+        return self._problems[key]
+
+    def of(self, batch: dict) -> list[DarcyProblem]:
+        """The problem of every fracture of ``batch``, in order."""
+        return [self.get(name, batch["active"][i], *heads(batch, i)) for i, name in enumerate(batch["name"])]
