@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from flowlearn import __version__
 from flowlearn.errors import USER_ERROR_STATUS, USER_ERRORS, SettingError
 
 
@@ -24,6 +25,25 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(USER_ERROR_STATUS, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Each option's default said once, as it is typed (``64 64`` for two values): appended to its help unless the
+    help says it already, and left out for an option without one (None, or a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "(default:" in text
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or (not action.option_strings and action.nargs not in ("?", "*"))
+        ):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, list | tuple) else default
+        return f"{text} (default: {shown})"
 
 
 def _run_convert(args: argparse.Namespace) -> int:
@@ -94,7 +114,7 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
             nargs="+",
             default=list(default) if isinstance(default, tuple) else [default],
             metavar="V",
-            help=f"{text}: one value, or LOW HIGH to draw one per fracture (default: {default})",
+            help=f"{text}: one value, or LOW HIGH to draw one per fracture",
         )
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the first fracture (then +1 each)")
     g.add_argument("--voxel-size", type=float, default=d.voxel_size, help="metres per voxel")
@@ -372,13 +392,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="flowlearn", description="flowlearn: fracture data, LBM references and permeability corrections."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         p = subparsers.add_parser(
             command.name,
             help=command.help,
             description=command.description,
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=_HelpFormatter,
         )
         command.arguments(p)
         p.set_defaults(run=command.run)

@@ -1,0 +1,58 @@
+"""The command line's own surface: ``--version`` and what ``--help`` says of each option."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import re
+import subprocess
+import sys
+
+import pytest
+
+from flowlearn.cli import COMMANDS, build_parser
+
+
+def _subparser(name: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    (subparsers,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return subparsers.choices[name]
+
+
+def test_version_is_the_installed_distributions():
+    result = subprocess.run(
+        [sys.executable, "-m", "flowlearn.cli", "--version"], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == f"flowlearn {importlib.metadata.version('flowlearn')}"
+
+
+def _entry(help_text: str, flag: str) -> str:
+    """The help entry of option ``flag``: its line and the indented lines after it, joined by single spaces."""
+    lines = help_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(rf"  (\S+ )*?{re.escape(flag)}\b", line))
+    end = next(
+        (
+            i
+            for i in range(start + 1, len(lines))
+            if not lines[i].startswith(" " * 3) or lines[i].startswith("  -")
+        ),
+        len(lines),
+    )
+    return " ".join(" ".join(lines[start:end]).split())
+
+
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
+def test_help_says_each_default_once(command):
+    parser = _subparser(command)
+    text = parser.format_help()
+    for action in parser._actions:
+        if not action.option_strings or action.help == argparse.SUPPRESS or action.dest == "help":
+            continue
+        entry = _entry(text, action.option_strings[-1])
+        has_default = action.default is not None and action.default is not False
+        assert entry.count("(default:") == int(has_default or "(default:" in (action.help or "")), entry
+        if has_default and "(default:" not in (action.help or ""):
+            # As typed on the command line: a list of two values is two words, not a Python list.
+            value = action.default
+            shown = " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+            assert f"(default: {shown})" in entry, entry
