@@ -108,7 +108,7 @@ class Grid:
 
     @cached_property
     def volumes(self) -> np.ndarray:
-        """Control volume of each node, float64 (num_nodes,), m^3 (dx*dy*thickness in 2D)."""
+        """Control volume of each node, float64 (num_nodes,), m^3 (``dx*dy*thickness`` in 2D)."""
         cell = float(np.prod(self.spacing)) * (self.thickness if self.dim == 2 else 1.0)
         return np.full(self.num_nodes, cell)
 

@@ -30,9 +30,9 @@ has no cross term.
 weight to each of its (at most two) squares, so every weight stays ≥ 0: the matrix is a weighted graph Laplacian
 restricted to the free nodes, symmetric positive definite wherever the problem is (every free node joined to a
 Dirichlet node) and an M-matrix, whose solution obeys the discrete maximum principle (the solve's check of it
-holds) for every tensor. The cap binds where |T_xy|·dz exceeds an axis edge's weight, |T_xy| > T_xx·dy/dx or
-> T_yy·dx/dy for a smooth field on square pixels, and next to sharp jumps of T (an edge by a contact spot): there
-the cross term is cut back and the scheme, still monotone, is no longer consistent. The projected tensor of an
+holds) for every tensor. The cap binds where |T_xy|·dz exceeds an axis edge's weight, |T_xy| > T_xx·dy/dx
+or > T_yy·dx/dy for a smooth field on square pixels, and next to sharp jumps of T (an edge by a contact spot):
+there the cross term is cut back and the scheme, still monotone, is no longer consistent. The projected tensor of an
 inclined gap (:mod:`flowlearn.data.inclination`) has |T_xy| ≤ min(T_xx, T_yy) for slopes up to 2 (63°), so on
 smooth walls the cap binds only by contacts. The ``min`` and |ρ̄| are not differentiable where two arguments tie or
 ρ̄ = 0; the gradient there is the one-sided one torch takes.

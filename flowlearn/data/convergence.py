@@ -28,9 +28,12 @@ class Resolution:
     """One run of the study.
 
     Attributes:
-        factor: refinement r; conductance: in coarse voxels³; departure: float64 (H, W), the pressure minus the
-        straight line, on the coarse grid, NaN where the coarse cell has no flow; steps: LBM steps run; cells:
-        size of the LBM box.
+        factor: refinement r.
+        conductance: in coarse voxels³.
+        departure: float64 (H, W), the pressure minus the straight line, on the coarse grid, NaN where the coarse
+            cell has no flow.
+        steps: LBM steps run.
+        cells: size of the LBM box.
     """
 
     factor: int

@@ -56,7 +56,8 @@ class Departure:
 
     Attributes:
         name: the fracture's group.
-        flow_rate: Q_ref, the reference (LBM) flow rate; flow_rate_lcl: Q_LCL; both in the file's units.
+        flow_rate: Q_ref, the reference (LBM) flow rate, in the file's units.
+        flow_rate_lcl: Q_LCL, in the file's units.
         ratio: Q_ref / Q_LCL.
         relative_std, wall_slope, contact_fraction: from the fracture's provenance ("geometry"), NaN if absent.
     """

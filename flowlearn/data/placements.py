@@ -40,8 +40,9 @@ class PlacementRun:
     """One placement's outcome; pressures float64 (H, W) on the (coarsened) map, NaN where no flow.
 
     Attributes:
-        placement: the name in WALL_PLACEMENTS; pressure: the LBM's flux-weighted pressure (inlet 2, outlet 1);
-        conductance: the LBM's flow rate per unit pressure drop and viscosity (voxels³);
+        placement: the name in WALL_PLACEMENTS.
+        pressure: the LBM's flux-weighted pressure (inlet 2, outlet 1).
+        conductance: the LBM's flow rate per unit pressure drop and viscosity (voxels³).
         steps: LBM steps.
     """
 

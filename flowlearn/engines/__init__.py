@@ -4,15 +4,11 @@
 that implements it. Each module is imported when its engine is first asked for, so the CPU path never loads a GPU
 library and ``import flowlearn`` never loads the Julia glue.
 
-====================  =============================================================================
-name                  engine
-====================  =============================================================================
-``cholmod``           :class:`~flowlearn.engines.cholmod.CholmodEngine`: sparse Cholesky (CPU)
-``superlu``           :class:`~flowlearn.engines.superlu.SuperLUEngine`: sparse LU (CPU, no extra)
-``amg``               :class:`~flowlearn.engines.amg.AMGEngine`: AMG-preconditioned CG (CPU, large grids)
-``gpu``               :class:`~flowlearn.engines.gpu.GPUEngine`: cuDSS or batched PCG (CUDA)
-``julia``             :class:`~flowlearn.engines.dpfehm.DPFEHMEngine`: DPFEHM.jl's multigrid
-====================  =============================================================================
+* ``cholmod``: :class:`~flowlearn.engines.cholmod.CholmodEngine`, sparse Cholesky (CPU);
+* ``superlu``: :class:`~flowlearn.engines.superlu.SuperLUEngine`, sparse LU (CPU, no extra);
+* ``amg``: :class:`~flowlearn.engines.amg.AMGEngine`, AMG-preconditioned CG (CPU, large grids);
+* ``gpu``: :class:`~flowlearn.engines.gpu.GPUEngine`, cuDSS or batched PCG (CUDA);
+* ``julia``: :class:`~flowlearn.engines.dpfehm.DPFEHMEngine`, DPFEHM.jl's multigrid.
 
 ``auto`` is CHOLMOD where scikit-sparse is installed, else SuperLU.
 """

@@ -34,8 +34,10 @@ class HeldOut:
     """Per-fracture metrics of one split.
 
     Attributes:
-        names: the fractures; metrics[row][metric]: float64 (fractures,) per row (``model`` and each baseline
-        present), NaN where undefined; power_exponent: the fitted ``power`` baseline's a.
+        names: the fractures.
+        metrics: ``metrics[row][metric]``, float64 (fractures,) per row (``model`` and each baseline present), NaN
+            where undefined.
+        power_exponent: the fitted ``power`` baseline's a.
     """
 
     names: list[str]

@@ -131,7 +131,9 @@ def pressure_scale(
       the few fractures of large departure decide.
 
     Args:
-        reference: float64 (B, *shape); active: bool (B, *shape); inlet, outlet: (B,) the heads.
+        reference: float64 (B, *shape).
+        active: bool (B, *shape).
+        inlet, outlet: (B,) the heads.
     """
     if kind == "mse":
         return None
@@ -162,9 +164,10 @@ def training_residuals(
     (:mod:`flowlearn.training.gauss_newton`) step on them directly.
 
     Args:
-        predicted, reference: pressures, float64 (B, *shape); active: bool (B, *shape), at least one per fracture.
+        predicted, reference: pressures, float64 (B, *shape).
+        active: bool (B, *shape), at least one per fracture.
         predicted_flow_rate, reference_flow_rate: (B,) float64, the reference NaN where absent.
-        flow_rate_weight: >= 0.
+        flow_rate_weight: the weight of the flow-rate term, 0 or more.
         scale: (B,) float64 from :func:`pressure_scale`, or None.
     """
     batch = predicted.shape[0]
