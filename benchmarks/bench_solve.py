@@ -28,8 +28,8 @@ Tables:
 from __future__ import annotations
 
 # isort: off
-# flowlearn before torch: the OpenMP wait policy it sets (README, "Threads") applies only to a torch imported after
-# it, so that the tables measure what train.py and the command line run.
+# flowlearn before torch: the OpenMP wait policy it sets (docs/solve.md, "Threads") applies only to a torch imported
+# after it, so that the tables measure what train.py and the command line run.
 import flowlearn  # noqa: F401
 # isort: on
 

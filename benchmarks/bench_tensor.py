@@ -14,8 +14,8 @@ median step, its ratio to the scalar step, and the engine's factorisations per s
 from __future__ import annotations
 
 # isort: off
-# flowlearn before torch: the OpenMP wait policy it sets (README, "Threads") applies only to a torch imported after
-# it, so that the table measures what train.py runs.
+# flowlearn before torch: the OpenMP wait policy it sets (docs/solve.md, "Threads") applies only to a torch imported
+# after it, so that the table measures what train.py runs.
 import flowlearn  # noqa: F401
 # isort: on
 

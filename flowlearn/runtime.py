@@ -47,7 +47,7 @@ def _keep_freed_memory() -> None:
 
 
 # torch's OpenMP threads spin after every parallel region by default, taking the cores that CHOLMOD's and OpenBLAS's
-# threads need a moment later (a training step at 256x260 ran 2-3x slower on a 2-core machine when this was set; the
-# README's Threads paragraph has today's figures). Sleeping idle threads avoid that.
+# threads need a moment later (a training step at 256x260 ran 2-3x slower on a 2-core machine when this was set;
+# docs/solve.md, "Threads", has the current figures). Sleeping idle threads avoid that.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _keep_freed_memory()

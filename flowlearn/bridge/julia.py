@@ -99,7 +99,7 @@ _INSTALL = (
     "Install the Julia extra: pip install -e '.[julia]' from a flowlearn source checkout (the DPFEHMBridge "
     "Julia package lives in its julia/ folder). The first `import juliacall` then downloads Julia and installs "
     "the Julia packages declared in flowlearn/bridge/juliapkg.json, which takes several minutes once. Offline "
-    "or on a cluster, see the README's Julia section (JULIA_DEPOT_PATH, PYTHON_JULIAPKG_OFFLINE)."
+    "or on a cluster, see docs/bridges.md, Julia (JULIA_DEPOT_PATH, PYTHON_JULIAPKG_OFFLINE)."
 )
 
 
