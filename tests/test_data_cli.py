@@ -10,6 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from conftest import require_lbm
 
 from flowlearn.cli import main
 from flowlearn.data.schema import Fracture, read_fractures, write_fractures
@@ -58,7 +59,7 @@ def test_convert_reports_bad_input_and_fails(tmp_path, capsys):
 
 
 def test_generate_writes_a_valid_dataset_with_provenance(tmp_path, capsys):
-    pytest.importorskip("lbmpy")
+    require_lbm()
     out = tmp_path / "gen.h5"
     argv = ["generate", str(out), "--count", "2", "--shape", "8", "24", "--mean-aperture", "4"]
     ranges = ["--rms-ratio", "0.2", "0.3", "--wavelength-ratio", "1", "2", "--mismatch-length", "8", "12"]
@@ -84,7 +85,7 @@ def test_generate_writes_a_valid_dataset_with_provenance(tmp_path, capsys):
 
 def test_a_generation_continues_from_the_fractures_it_finished(tmp_path):
     """The parts a stopped generation leaves are kept: the next run with the same settings computes the rest."""
-    pytest.importorskip("lbmpy")
+    require_lbm()
     from flowlearn.data.generate import DatasetConfig, generate_dataset
 
     config = DatasetConfig(
@@ -107,7 +108,7 @@ def test_a_generation_continues_from_the_fractures_it_finished(tmp_path):
 @pytest.mark.slow
 def test_a_killed_generation_keeps_its_fractures_and_continues(tmp_path):
     """SIGKILL a real `flowlearn generate` once its first fracture is written; the rerun computes the rest only."""
-    pytest.importorskip("lbmpy")
+    require_lbm()
     out = tmp_path / "gen.h5"
     argv = [sys.executable, "-m", "flowlearn.cli", "generate", str(out), "--count", "3", "--shape", "8", "24"]
     argv += ["--mean-aperture", "3", "--wavelength-ratio", "1", "2", "--tolerance", "1e-5", "--quiet"]

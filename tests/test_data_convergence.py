@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-
-pytest.importorskip("lbmpy")
+from conftest import require_lbm
 
 from flowlearn.data.convergence import differences, grid_convergence
 from flowlearn.data.lbm import LBMSettings
 from flowlearn.data.roughness import RoughnessParams, rough_fracture
+
+require_lbm()
 
 
 @pytest.mark.slow

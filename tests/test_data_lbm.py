@@ -6,8 +6,7 @@ The maps are 8 x 24 with gaps of at most 8 voxels wherever the test allows it: o
 
 import numpy as np
 import pytest
-
-pytest.importorskip("lbmpy")
+from conftest import require_lbm
 
 from flowlearn.data.generate import generate_fracture
 from flowlearn.data.lbm import (
@@ -19,6 +18,8 @@ from flowlearn.data.lbm import (
 )
 from flowlearn.data.roughness import RoughnessParams
 from flowlearn.data.schema import read_fracture, validate_fracture, write_fractures
+
+require_lbm()
 
 H, W, B = 8, 24, 6
 SETTINGS = LBMSettings(tolerance=1e-8, threads=2)

@@ -11,11 +11,12 @@ import math
 
 import numpy as np
 import pytest
-
-pytest.importorskip("lbmpy")
+from conftest import require_lbm
 
 from flowlearn.data.generate import DatasetConfig
 from flowlearn.data.lbm import LBMSettings, flux_weighted_average, simulate, voxelize, voxelize_aperture
+
+require_lbm()
 
 SETTINGS = LBMSettings(tolerance=1e-8, threads=2)
 # The maps of tests/test_data_lbm.py, so that the same lbmpy time steps serve both files.

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
-from conftest import DIRECT_BACKENDS
+from conftest import DIRECT_BACKENDS, NO_CHOLMOD
 
 from flowlearn import ConvergenceError, DarcyProblem, solve_pressure, threads
 from flowlearn.engines import cholmod_available, make_engine
@@ -80,7 +80,7 @@ def test_training_like_sequence_matches_fresh_solves(backend):
         assert solver.stats.factorizations == (2 if backend == "cholmod" else 1)
 
 
-@pytest.mark.skipif(not cholmod_available(), reason="scikit-sparse is not installed")
+@pytest.mark.skipif(not cholmod_available(), reason=NO_CHOLMOD)
 def test_cholmod_factors_one_off_matrices_quickly_and_nearby_ones_for_reuse():
     problem = DarcyProblem.fracture((32, 40))
     solver = make_engine("cholmod", reuse_budget=20)

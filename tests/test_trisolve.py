@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
+from conftest import NO_CHOLMOD
 
 from flowlearn import DarcyProblem
 from flowlearn.engines import cholmod_available
@@ -17,7 +18,7 @@ from flowlearn.engines.trisolve import (
 )
 from flowlearn.threads import usable_cores
 
-pytestmark = pytest.mark.skipif(not cholmod_available(), reason="scikit-sparse is not installed")
+pytestmark = pytest.mark.skipif(not cholmod_available(), reason=NO_CHOLMOD)
 
 
 def _system(problem: DarcyProblem, seed: int):

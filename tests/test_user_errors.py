@@ -406,6 +406,15 @@ def test_generate_mistakes_stop_before_any_simulation(tmp_path, capsys, options,
     assert not (tmp_path / "out.h5").exists()
 
 
+def test_generate_without_a_compiler_says_which_to_install(tmp_path, capsys, monkeypatch):
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("cupy is installed: auto may choose the GPU, which needs no C++ compiler")
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH on which no compiler lives
+    status, err = _flowlearn(capsys, "generate", str(tmp_path / "out.h5"), "--quiet", "--count", "1")
+    _one_line(status, err, "neither g++ nor clang++ is on PATH: install one (e.g. apt-get install g++)")
+    assert not (tmp_path / "out.h5").exists()
+
+
 # {name}: a file of the `files` fixture, {run}: a fake run directory, {tmp}: a fresh folder.
 COMMAND_ROWS = [
     (["convert", "{tmp}/missing.h5", "{tmp}/out.h5"], "{tmp}/missing.h5: no such file"),

@@ -217,24 +217,26 @@ def fracture_name(index: int) -> str:
     return f"fracture_{index:03d}"
 
 
-def _parts_folder(path: str | os.PathLike, config: DatasetConfig) -> Path:
-    """The folder of finished fractures, checked to belong to ``config`` (or created for it)."""
-    parts = Path(f"{os.fspath(path)}.parts")
+def _check_continuable(parts: Path, config: DatasetConfig) -> None:
+    """Refuse a folder of finished fractures that a generation with other settings left."""
     recipe_file = parts / "recipe.json"
-    recipe = config.to_dict()
     if recipe_file.exists():
         started = json.loads(recipe_file.read_text())
-        if {**started, "count": 0} != {**recipe, "count": 0}:
+        if {**started, "count": 0} != {**config.to_dict(), "count": 0}:
             raise SettingError(
                 "settings",
                 f"{parts} holds fractures of a generation with other settings; rerun with those settings "
                 f"(see {recipe_file}) to continue it, or delete the folder to start over",
             )
-    else:
+
+
+def _start_parts(parts: Path, config: DatasetConfig) -> None:
+    """Create the folder of finished fractures with the recipe that a continuation must match, unless it exists."""
+    recipe_file = parts / "recipe.json"
+    if not recipe_file.exists():
         parts.mkdir(parents=True, exist_ok=True)
         with atomic_path(recipe_file) as tmp:
-            tmp.write_text(json.dumps(recipe, indent=2, sort_keys=True))
-    return parts
+            tmp.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True))
 
 
 def generate_dataset(
@@ -247,9 +249,12 @@ def generate_dataset(
     the local cubic law).
     """
     check_setting(is_integer(processes) and processes >= 1, "processes", "must be an integer >= 1", processes)
-    pick_target(config.lbm.target)  # a GPU that is not there fails here, not in the first simulation
+    parts = Path(f"{os.fspath(path)}.parts")  # the finished fractures, kept until all are
+    _check_continuable(parts, config)
+    # A GPU or a compiler that is not there fails here, before any file is made, not in the first simulation.
+    pick_target(config.lbm.target)
     start = time.perf_counter()
-    parts = _parts_folder(path, config)
+    _start_parts(parts, config)
     part_of = {i: parts / f"{fracture_name(i)}.h5" for i in range(config.count)}
     todo = [i for i, part in part_of.items() if not part.exists()]
     # The cores are shared between processes, unless the user gave each a thread count.

@@ -31,6 +31,7 @@ import importlib.metadata
 import math
 import os
 import platform
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -246,23 +247,33 @@ def _connected_to_faces(fluid2d: np.ndarray) -> np.ndarray:
     return np.isin(labels, keep[keep > 0])
 
 
+# pystencils compiles the LBM's CPU kernels with the first of these on PATH.
+CXX_COMPILERS = ("g++", "clang++")
+
+
 def pick_target(target: str) -> str:
     """Where the LBM runs: "cpu" or "gpu" as asked, and for "auto" the GPU when cupy sees a CUDA device.
 
     Raises:
-        UnavailableError: "gpu" where cupy sees no CUDA device (or is not installed).
+        UnavailableError: "gpu" where cupy sees no CUDA device (or is not installed); "cpu" without a C++
+            compiler.
     """
     if target not in ("auto", "cpu", "gpu"):
         raise ValueError(f"target must be 'cpu', 'gpu' or 'auto', got {target!r}")
-    if target == "cpu":
-        return target
-    devices, reason = _cuda_devices()
+    devices, reason = (0, "") if target == "cpu" else _cuda_devices()
     if target == "gpu" and not devices:
         raise UnavailableError(
             f"the LBM's target gpu needs cupy and a CUDA device, and {reason}: install the cupy of your CUDA "
             "(e.g. pip install cupy-cuda12x), or run on the CPU (target cpu, or auto)"
         )
-    return "gpu" if devices else "cpu"
+    if devices:
+        return "gpu"
+    if not any(shutil.which(compiler) for compiler in CXX_COMPILERS):
+        raise UnavailableError(
+            "the LBM on the CPU compiles its kernels with a C++ compiler, and neither g++ nor clang++ is on PATH: "
+            "install one (e.g. apt-get install g++), or run on a CUDA GPU with cupy (target gpu)"
+        )
+    return "cpu"
 
 
 def _cuda_devices() -> tuple[int, str]:
