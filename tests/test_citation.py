@@ -28,5 +28,9 @@ def test_licence_file_is_the_bsd_3_clause_text():
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("BSD 3-Clause License")
     # The three clauses, each by its own opening words.
-    for clause in ("1. Redistributions of source code", "2. Redistributions in binary form", "3. Neither the name"):
+    for clause in (
+        "1. Redistributions of source code",
+        "2. Redistributions in binary form",
+        "3. Neither the name",
+    ):
         assert clause in text

@@ -1,5 +1,8 @@
 """The forward solve against analytic solutions, conservation, DPFEHM's published figures and across backends."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -151,3 +154,27 @@ def _has_cholmod() -> bool:
     from flowlearn.engines import cholmod_available
 
     return cholmod_available()
+
+
+# Channels of each conductivity form: log T (B, H, W), per axis (B, 2, H, W), the tensor (B, 3, H, W).
+FORM_CHANNELS = {"scalar": (), "axes": (2,), "tensor": (3,)}
+
+
+@pytest.mark.parametrize("form", FORM_CHANNELS)
+def test_a_dropped_problem_frees_its_engine_state_without_the_cycle_collector(form):
+    # A training run keeps a bounded cache of problems and drops the rest; an engine keeps its factors per problem
+    # (weakly). Were a problem part of a reference cycle, only the cyclic collector could free it and its factors,
+    # and large arrays hardly ever trigger that: memory grew epoch after epoch.
+    engine = make_engine("superlu")
+    problem = DarcyProblem.fracture((12, 14))
+    log_k = torch.zeros((1, *FORM_CHANNELS[form], 12, 14), dtype=torch.float64, requires_grad=True)
+    solve_pressure(log_k, problem, solver=engine).nan_to_num().sum().backward()
+    assert len(engine._prepared) == 1
+    dropped = weakref.ref(problem)
+    gc.disable()
+    try:
+        del problem
+        assert dropped() is None
+        assert len(engine._prepared) == 0
+    finally:
+        gc.enable()

@@ -79,9 +79,12 @@ class DarcyProblem:
                 "fixed head, so there is nothing to solve (a fracture map needs a column between its inlet and "
                 "outlet columns)"
             )
-        # The conductivity form its system is built for (see variant), and the variants made so far.
+        # The conductivity form its system is built for (see variant), and the other forms' variants made so far.
+        # Not a dict holding the problem itself: that cycle left every dropped problem, and the factors engines
+        # keep for it, to the cyclic garbage collector, which large arrays hardly ever trigger (a training run on
+        # more fractures than its problem cache holds grew by about 170 MB an epoch).
         self.form = "scalar"
-        self._variants: dict[str, DarcyProblem] = {self.form: self}
+        self._variants: dict[str, DarcyProblem] = {}
 
     @classmethod
     def fracture(
@@ -126,10 +129,12 @@ class DarcyProblem:
         """The same problem with its system built for conductivity ``form`` (``scalar``, ``axes`` or ``edges``; see
         :mod:`flowlearn.darcy.conductivity`), made once and kept with this one. Engines keep their analyses and
         factors per problem object, so each form's pattern gets its own."""
+        if form == self.form:
+            return self
         if form not in self._variants:
             other = copy.copy(self)
             other.__dict__.pop("layout", None)
-            other.form = form
+            other.form, other._variants = form, {}
             self._variants[form] = other
         return self._variants[form]
 
