@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import ALL_BACKENDS
+from conftest import ALL_BACKENDS, DIRECT_BACKENDS
 from omegaconf import OmegaConf
 from test_train import make_dataset, run_train
 
@@ -21,7 +21,7 @@ from flowlearn.training.config import validate_config
 from flowlearn.training.metrics import fracture_metrics
 
 
-@pytest.mark.parametrize("solver", ["cholmod", "superlu"])
+@pytest.mark.parametrize("solver", DIRECT_BACKENDS)
 def test_a_log_k_jump_beyond_float64_raises_instead_of_returning_heads_outside_the_range(solver):
     # Without sources the heads lie in [1, 2] (maximum principle); a jump of 80 in log K (conductances e^40 apart
     # at one node) leaves float64. Depending on the BLAS's rounding the factorisation either returns noise below
