@@ -13,37 +13,33 @@ predict`` reuse it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from scipy.optimize import minimize_scalar
 
 from flowlearn.darcy.flux import outlet_flow_rate
-from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.data.datamodule import FractureDataset
+from flowlearn.engines import Engine
 from flowlearn.models.baselines import BASELINE_NAMES, baseline_log_t
 from flowlearn.models.laws import power_law_log_t
-from flowlearn.training.batches import FractureProblems, as_batch, heads, log_aperture
+from flowlearn.training.batches import FractureProblems, as_batch, heads, log_aperture, solve_fracture
 from flowlearn.training.metrics import MSE, fracture_metrics
 
 # The range searched for the ``power`` baseline's exponent a (T ∝ Ap^a; 3 is the LCL), and the search's tolerance.
 POWER_EXPONENT_BOUNDS = (0.0, 6.0)
 POWER_EXPONENT_TOLERANCE = 0.01
 
-# (log-conductivity, problem, fracture name) -> pressure (B, *shape): the module's solve, on its engine and device.
-Solve = Callable[[torch.Tensor, DarcyProblem, str], torch.Tensor]
-
 
 class BaselineScores:
     """Every baseline on the fractures it is shown, each fracture's metrics computed once.
 
     Args:
-        solve: The solve the learned model uses (same engine, same device).
+        solver: The learned model's solver (an engine name or an engine), on whose device the baselines solve too.
         cache_size: Fractures whose problems are kept between visits.
     """
 
-    def __init__(self, solve: Solve, cache_size: int) -> None:
-        self._solve = solve
+    def __init__(self, solver: str | Engine | None, cache_size: int) -> None:
+        self.solver = solver
         self.problems = FractureProblems(cache_size)
         # Per fracture (problem key), per baseline, per metric: the value (a few floats each).
         self._metrics: dict[str, dict[str, dict[str, float]]] = {}
@@ -71,7 +67,7 @@ class BaselineScores:
         for baseline in BASELINE_NAMES:
             log_t = baseline_log_t(baseline, log_ap, active, power_exponent, inclination, slope)
             if log_t is not None:
-                pressure = self._solve(log_t, problem, name)
+                pressure = solve_fracture(log_t, problem, name, self.solver)
                 solutions[baseline] = (pressure[0], outlet_flow_rate(log_t, pressure, problem)[0])
         return solutions
 
@@ -114,7 +110,7 @@ class BaselineScores:
                 batch = as_batch(dataset[index], device)
                 (problem,) = self.problems.of(batch)
                 log_t = power_law_log_t(log_aperture(batch), batch["active"], exponent)
-                pressure = self._solve(log_t, problem, batch["name"][0])
+                pressure = solve_fracture(log_t, problem, batch["name"][0], self.solver)
                 free = torch.from_numpy(problem.free).unsqueeze(0).to(pressure.device)
                 nan = torch.full((1,), math.nan, dtype=torch.float64, device=pressure.device)
                 fixed = (batch["inlet_pressure"], batch["outlet_pressure"])

@@ -15,6 +15,9 @@ from collections import OrderedDict
 import torch
 
 from flowlearn.darcy.problem import DarcyProblem
+from flowlearn.darcy.solve import solve_pressure
+from flowlearn.engines import Engine, get_engine
+from flowlearn.errors import SolutionError, SolveInputError
 
 
 def as_batch(item: dict, device: torch.device | str = "cpu") -> dict:
@@ -32,6 +35,21 @@ def log_aperture(batch: dict) -> torch.Tensor:
 def heads(batch: dict, index: int) -> tuple[float, float]:
     """The inlet and outlet heads of fracture ``index`` of ``batch``."""
     return float(batch["inlet_pressure"][index]), float(batch["outlet_pressure"][index])
+
+
+def solve_fracture(
+    log_k: torch.Tensor, problem: DarcyProblem, name: str, solver: str | Engine | None
+) -> torch.Tensor:
+    """The pressure of fracture ``name`` by ``solver`` on the solver's own device, returned on ``log_k``'s device:
+    the model may sit elsewhere (Lightning hands it back to the CPU after fitting, for one), and the gradient
+    crosses the copy. A solve that fails names the fracture."""
+    engine = get_engine(solver)
+    try:
+        if engine.device is None or engine.device == log_k.device:
+            return solve_pressure(log_k, problem, solver=engine)
+        return solve_pressure(log_k.to(engine.device), problem, solver=engine).to(log_k.device)
+    except (SolveInputError, SolutionError) as error:
+        raise type(error)(f"fracture {name}: {error}") from error
 
 
 class FractureProblems:

@@ -26,14 +26,13 @@ from torchmetrics import MaxMetric, MeanMetric
 
 from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
-from flowlearn.darcy.solve import solve_pressure
 from flowlearn.data.datamodule import FractureDataModule
-from flowlearn.engines import Engine, get_engine
+from flowlearn.engines import Engine
 from flowlearn.errors import ConfigError, DivergenceError, SolutionError, SolveInputError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
 from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.training.baselines import BaselineScores
-from flowlearn.training.batches import FractureProblems, log_aperture
+from flowlearn.training.batches import FractureProblems, log_aperture, solve_fracture
 from flowlearn.training.gauss_newton import GaussNewton, Residuals
 from flowlearn.training.metrics import (
     IMPROVEMENT,
@@ -109,7 +108,7 @@ class FractureFlowModule(L.LightningModule):
         # The ``power`` baseline's exponent, NaN until fitted; a buffer, so that checkpoints carry it.
         self.register_buffer("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
         self.problems = FractureProblems(cache_size)
-        self.baselines = BaselineScores(self._solve, cache_size)
+        self.baselines = BaselineScores(solver, cache_size)
         # The value of each baseline metric of training and validation when last logged, by column: the baselines
         # do not learn, so their metrics repeat epoch after epoch, and are logged again only when they change.
         self._logged_baselines: dict[str, float] = {}
@@ -164,7 +163,10 @@ class FractureFlowModule(L.LightningModule):
         # from its shape, and a per-axis or tensor field has no unbatched shape.
         names = batch["name"]
         pressure = torch.cat(
-            [self._solve(log_k[i : i + 1], problem, names[i]) for i, problem in enumerate(problems)]
+            [
+                solve_fracture(log_k[i : i + 1], problem, names[i], self.solver)
+                for i, problem in enumerate(problems)
+            ]
         )
         if self.law.has_flow_units:
             flow_rate = torch.cat(
@@ -182,18 +184,6 @@ class FractureFlowModule(L.LightningModule):
             "pressure": pressure,
             "flow_rate": flow_rate,
         }
-
-    def _solve(self, log_k: torch.Tensor, problem: DarcyProblem, name: str) -> torch.Tensor:
-        """The pressure of fracture ``name`` by ``self.solver`` on the solver's own device, returned on ``log_k``'s
-        device: the model may sit elsewhere (Lightning hands it back to the CPU after fitting, for one), and the
-        gradient crosses the copy. A solve that fails names the fracture."""
-        engine = get_engine(self.solver)
-        try:
-            if engine.device is None or engine.device == log_k.device:
-                return solve_pressure(log_k, problem, solver=engine)
-            return solve_pressure(log_k.to(engine.device), problem, solver=engine).to(log_k.device)
-        except (SolveInputError, SolutionError) as error:
-            raise type(error)(f"fracture {name}: {error}") from error
 
     # -- the power-law baseline ----------------------------------------------------------------------------------
 
@@ -324,7 +314,7 @@ class FractureFlowModule(L.LightningModule):
         log_k = self.law.log_k(log_ap, raw, batch["active"], batch["inclination"])
         try:
             for i, problem in enumerate(self.problems.of(batch)):
-                self._solve(log_k[i : i + 1], problem, batch["name"][i])
+                solve_fracture(log_k[i : i + 1], problem, batch["name"][i], self.solver)
         except (SolveInputError, SolutionError):
             return True
         return False
