@@ -230,55 +230,88 @@ def _check_continuable(parts: Path, config: DatasetConfig) -> None:
             )
 
 
-def _start_parts(parts: Path, config: DatasetConfig) -> None:
-    """Create the folder of finished fractures with the recipe that a continuation must match, unless it exists."""
+def parts_folder(path: str | os.PathLike) -> Path:
+    """Where the finished fractures of a generation writing ``path`` wait, one file each, until all are done."""
+    return Path(f"{os.fspath(path)}.parts")
+
+
+def part_path(parts: Path, index: int) -> Path:
+    """The file of finished fracture ``index`` in the folder ``parts``."""
+    return parts / f"{fracture_name(index)}.h5"
+
+
+def prepare_parts(config: DatasetConfig, path: str | os.PathLike) -> list[int]:
+    """Start (or continue) the generation of ``config`` into ``path``: the indices of the fractures still to make.
+
+    Refuses a parts folder of other settings, and a target (GPU, compiler) that is not there, before any file is
+    made; then creates the parts folder with the recipe that a continuation must match.
+    """
+    parts = parts_folder(path)
+    _check_continuable(parts, config)
+    # A GPU or a compiler that is not there fails here, before any file is made, not in the first simulation.
+    pick_target(config.lbm.target)
     recipe_file = parts / "recipe.json"
     if not recipe_file.exists():
         parts.mkdir(parents=True, exist_ok=True)
         with atomic_path(recipe_file) as tmp:
             tmp.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True))
+    return [i for i in range(config.count) if not part_path(parts, i).exists()]
 
 
-def generate_dataset(
-    config: DatasetConfig, path: str | os.PathLike, processes: int = 1, progress: bool = True
-) -> dict:
-    """Generate ``config.count`` fractures with ``processes`` worker processes and write them to ``path``.
-
-    Finished fractures already in ``<path>.parts/`` (from a killed run with the same settings) are kept and not
-    recomputed. Returns a run summary (fractures, seconds, fractures per hour, LBM steps and the departure from
-    the local cubic law).
-    """
+def make_parts(
+    config: DatasetConfig,
+    path: str | os.PathLike,
+    indices: list[int],
+    processes: int = 1,
+    progress: bool = True,
+) -> None:
+    """Make fractures ``indices`` of ``config`` with ``processes`` worker processes, each written to its part file
+    (atomically) as soon as it is done, so that a killed run loses at most the fractures in flight."""
     check_setting(is_integer(processes) and processes >= 1, "processes", "must be an integer >= 1", processes)
-    parts = Path(f"{os.fspath(path)}.parts")  # the finished fractures, kept until all are
-    _check_continuable(parts, config)
-    # A GPU or a compiler that is not there fails here, before any file is made, not in the first simulation.
-    pick_target(config.lbm.target)
-    start = time.perf_counter()
-    _start_parts(parts, config)
-    part_of = {i: parts / f"{fracture_name(i)}.h5" for i in range(config.count)}
-    todo = [i for i, part in part_of.items() if not part.exists()]
+    parts = parts_folder(path)
     # The cores are shared between processes, unless the user gave each a thread count.
     threads = config.lbm.threads or max(1, (os.cpu_count() or 1) // processes)
     lbm = replace(config.lbm, threads=threads)
-    bar = tqdm(total=config.count, initial=config.count - len(todo), desc="fractures", disable=not progress)
+    bar = tqdm(total=len(indices), desc="fractures", disable=not progress)
     with bar:
         if processes == 1:
-            for i in todo:
-                write_fractures(part_of[i], [_make(config, i, lbm)])
+            for i in indices:
+                write_fractures(part_path(parts, i), [_make(config, i, lbm)])
                 bar.update()
         else:
             with ProcessPoolExecutor(processes) as pool:
-                running = {pool.submit(_make, config, i, lbm): i for i in todo}
+                running = {pool.submit(_make, config, i, lbm): i for i in indices}
                 while running:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in done:
-                        write_fractures(part_of[running.pop(future)], [future.result()])
+                        write_fractures(part_path(parts, running.pop(future)), [future.result()])
                         bar.update()
-    fractures = [read_fracture(part_of[i], fracture_name(i)) for i in range(config.count)]
+
+
+def merge_parts(config: DatasetConfig, path: str | os.PathLike) -> list[Fracture]:
+    """Write the finished fractures of ``config`` into ``path`` (atomically), remove the parts folder, and return
+    the fractures.
+
+    Raises:
+        ProblemError: naming the fractures that have no part yet.
+    """
+    parts = parts_folder(path)
+    missing = [fracture_name(i) for i in range(config.count) if not part_path(parts, i).exists()]
+    if missing:
+        raise ProblemError(
+            f"{parts}: {len(missing)} of {config.count} fractures are not finished ({', '.join(missing[:5])}"
+            f"{', ...' if len(missing) > 5 else ''}); rerun the same command to make them"
+        )
+    fractures = [read_fracture(part_path(parts, i), fracture_name(i)) for i in range(config.count)]
     write_fractures(path, fractures, attrs={"recipe": json.dumps(_recipe(config), sort_keys=True)})
     shutil.rmtree(parts)
-    seconds = time.perf_counter() - start
-    computed = len(todo)
+    return fractures
+
+
+def summarize_generation(
+    path: str | os.PathLike, fractures: list[Fracture], computed: int, seconds: float
+) -> dict:
+    """A generation's summary: fractures, seconds, fractures per hour, LBM steps and the departure from the LCL."""
     lbm_records = [fr.provenance["lbm"] for fr in fractures]
     ratios = [fr.provenance["departure"]["ratio"] for fr in fractures]
     return {
@@ -292,6 +325,22 @@ def generate_dataset(
         "contact_fraction": float(np.mean([(fr.aperture == 0).mean() for fr in fractures])),
         "flow_rate_over_lcl": {"min": min(ratios), "median": float(np.median(ratios)), "max": max(ratios)},
     }
+
+
+def generate_dataset(
+    config: DatasetConfig, path: str | os.PathLike, processes: int = 1, progress: bool = True
+) -> dict:
+    """Generate ``config.count`` fractures with ``processes`` worker processes and write them to ``path``.
+
+    Finished fractures already in ``<path>.parts/`` (from a killed run with the same settings) are kept and not
+    recomputed. Returns :func:`summarize_generation`'s summary.
+    """
+    check_setting(is_integer(processes) and processes >= 1, "processes", "must be an integer >= 1", processes)
+    start = time.perf_counter()
+    todo = prepare_parts(config, path)
+    make_parts(config, path, todo, processes, progress)
+    fractures = merge_parts(config, path)
+    return summarize_generation(path, fractures, len(todo), time.perf_counter() - start)
 
 
 def _recipe(config: DatasetConfig) -> dict:
