@@ -34,13 +34,13 @@ def _cold_and_warm(config: DatasetConfig, indices: list[int], threads: int) -> l
     settings = replace(config.lbm, threads=threads)
     times = []
     for i in indices:
-        params = config.roughness(i)
+        walls = config.walls(i)
         seconds = []
         for cold in (True, False):
             if cold:
                 lbm._STEPS.clear()
             start = time.perf_counter()
-            generate_fracture(params, settings, config.voxel_size, f"f{i}", progress=False)
+            generate_fracture(walls, settings, config.voxel_size, f"f{i}", progress=False)
             seconds.append(time.perf_counter() - start)
         times.append((seconds[0], seconds[1]))
     return times

@@ -44,7 +44,6 @@ from flowlearn import DarcyProblem, solve_pressure
 from flowlearn.data import lbm
 from flowlearn.data.generate import DatasetConfig, generate_fracture
 from flowlearn.data.lbm import DEPTH_QUANTUM, voxelize
-from flowlearn.data.roughness import rough_fracture
 from flowlearn.engines import make_engine
 from flowlearn.engines.gpu import GPUEngine
 from flowlearn.errors import ConvergenceError, GPUUnavailableError
@@ -190,7 +189,7 @@ def _same_box(config: DatasetConfig, count: int) -> list[int]:
     """The first ``count`` fractures of ``config`` whose LBM box is fracture 0's: one time step serves them all."""
 
     def depth(index: int) -> int:
-        walls = rough_fracture(config.roughness(index))
+        walls = config.walls(index)
         cells = voxelize(walls.bottom, walls.top).shape[2]
         return cells + -cells % DEPTH_QUANTUM
 
@@ -218,7 +217,7 @@ def lbm_table(count: int, targets: list[str], threads: int | None) -> None:
         runs = []
         for index in indices:
             start = time.perf_counter()
-            fracture = generate_fracture(config.roughness(index), settings, config.voxel_size, "bench", False)
+            fracture = generate_fracture(config.walls(index), settings, config.voxel_size, "bench", False)
             runs.append((time.perf_counter() - start, fracture))
         build = runs[0][0] - statistics.median(seconds for seconds, _ in runs[1:])
         warm = [seconds for seconds, _ in runs[1:]]

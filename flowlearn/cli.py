@@ -71,25 +71,67 @@ def _run_generate(args: argparse.Namespace) -> int:
     from flowlearn.checks import check_setting
     from flowlearn.data.generate import DatasetConfig, generate_dataset
     from flowlearn.data.lbm import LBMSettings
+    from flowlearn.data.recipes import RECIPES
     from flowlearn.data.schema import check_writable
 
     try:
-        ranges = {name: _one_or_pair(name, getattr(args, name)) for name in DatasetConfig._ranged()}
+        recipe_class = RECIPES[args.recipe]
+        own = {f.name for f in dataclasses.fields(recipe_class)}
+        foreign = sorted(
+            name for name in _RECIPE_OPTIONS if getattr(args, name) is not None and name not in own
+        )
+        for name in foreign:
+            raise SettingError(
+                name, f"is not a setting of --recipe {args.recipe} (its settings: {', '.join(sorted(own))})"
+            )
+        given = {
+            name: _one_or_pair(name, getattr(args, name))
+            if name in recipe_class.ranged()
+            else getattr(args, name)
+            for name in own
+            if getattr(args, name, None) is not None
+        }
+        recipe = recipe_class(**given)
         lbm = _from_options(LBMSettings, args)
-        config = _from_options(DatasetConfig, args, shape=tuple(args.shape), lbm=lbm, **ranges)
+        config = _from_options(DatasetConfig, args, shape=tuple(args.shape), lbm=lbm, recipe=recipe)
         check_setting(args.processes >= 1, "processes", "must be an integer >= 1", args.processes)
     except SettingError as err:
         # The settings name their fields; on the command line they are options.
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
+    slurm = _slurm_settings(args)
     check_writable(args.output)
-    summary = generate_dataset(config, args.output, processes=args.processes, progress=not args.quiet)
+    if slurm is None:
+        summary = generate_dataset(config, args.output, processes=args.processes, progress=not args.quiet)
+    else:
+        from flowlearn.data.cluster import generate_on_slurm
+
+        summary = generate_on_slurm(
+            config, args.output, slurm, wait=not args.no_wait, progress=not args.quiet
+        )
     print(json.dumps(summary, indent=2))
     return 0
+
+
+# The recipes' settings as options of ``flowlearn generate``: name -> what it sets. Ranged settings take one value or
+# LOW HIGH; the others one value. Each belongs to the recipes whose dataclass has a field of its name.
+_RECIPE_OPTIONS = {
+    "hurst": "Hurst exponent of the walls",
+    "aperture_std": "sigma/<b> of the open gap, before closure",
+    "contact_fraction": "share of the map where the walls touch (by closure)",
+    "mismatch_ratio": "mismatch length over the mean aperture (log-uniform draw)",
+    "mid_slope": "rms slope of the mid-surface smoothed over the mean aperture",
+    "special_every": "of every this many fractures, five are exact cases (0: none)",
+    "rms_ratio": "rms height of each wall over the mean aperture",
+    "mismatch_length": "the walls match above this wavelength (voxels)",
+    "wavelength_ratio": "shortest roughness wavelength over the mean aperture",
+    "shear": "shift of the top wall along the flow (voxels)",
+}
 
 
 def _generate_arguments(p: argparse.ArgumentParser) -> None:
     from flowlearn.data.generate import DatasetConfig
     from flowlearn.data.lbm import LBMSettings
+    from flowlearn.data.recipes import RECIPES
 
     d, s = DatasetConfig(), LBMSettings()
     p.add_argument("output", help="HDF5 file to write (flowlearn layout)")
@@ -99,23 +141,27 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--mean-aperture", type=float, default=d.mean_aperture, help="mean wall separation (voxels)"
     )
-    ranged = {
-        "hurst": "Hurst exponent of each wall",
-        "rms_ratio": "rms height of each wall over the mean aperture",
-        "mismatch_length": "the walls match above this wavelength (voxels)",
-        "wavelength_ratio": "shortest roughness wavelength over the mean aperture (0: all)",
-        "shear": "shift of the top wall along the flow (voxels)",
-    }
-    for name, text in ranged.items():
-        default = getattr(d, name)
+    g.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        default=d.recipe.name,
+        help="what the fractures draw: published (walls in contact, published ranges) or winding (sheared, "
+        "winding walls: the recipe of earlier datasets)",
+    )
+    g = p.add_argument_group("recipe settings (default: the recipe's own; see docs/data.md)")
+    for name, text in _RECIPE_OPTIONS.items():
+        owners = {r: cls() for r, cls in RECIPES.items() if name in {f.name for f in dataclasses.fields(cls)}}
+        defaults = "; ".join(f"{r}: {_shown(getattr(recipe, name))}" for r, recipe in owners.items())
+        ranged = any(name in type(recipe).ranged() for recipe in owners.values())
         g.add_argument(
             f"--{name.replace('_', '-')}",
-            type=float,
-            nargs="+",
-            default=list(default) if isinstance(default, tuple) else [default],
+            type=float if ranged else int,
+            nargs="+" if ranged else None,
+            default=None,
             metavar="V",
-            help=f"{text}: one value, or LOW HIGH to draw one per fracture",
+            help=f"{text}{': one value, or LOW HIGH to draw one per fracture' if ranged else ''} ({defaults})",
         )
+    g = p.add_argument_group("dataset")
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the first fracture (then +1 each)")
     g.add_argument("--voxel-size", type=float, default=d.voxel_size, help="metres per voxel")
     p.add_argument(
@@ -133,6 +179,12 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
         "--reservoir", type=int, default=s.reservoir, help="open columns before/after the fracture"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _slurm_arguments(p)
+
+
+def _shown(value: object) -> str:
+    """A recipe setting as the help shows its default: '0.5 0.9' for a range."""
+    return " ".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}"
 
 
 def _one_or_pair(name: str, values: list[float]) -> float | tuple[float, ...]:
@@ -151,6 +203,97 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
+
+
+def _slurm_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``flowlearn generate --slurm``. Their defaults are None (the help states SlurmSettings'), so
+    that one given without --slurm can be refused."""
+    from flowlearn.data.cluster import MAX_DEFAULT_TASKS, SlurmSettings
+
+    d = SlurmSettings()
+    g = p.add_argument_group(
+        "SLURM",
+        "with --slurm, the fractures are made by a job array; the command waits for it and merges the parts",
+    )
+    g.add_argument("--slurm", action="store_true", help="submit the missing fractures as a SLURM job array")
+    g.add_argument(
+        "--tasks",
+        type=int,
+        metavar="N",
+        help=f"array tasks sharing the missing fractures (default: one per fracture, at most {MAX_DEFAULT_TASKS})",
+    )
+    g.add_argument("--partition", metavar="NAME", help="SLURM partition (default: the cluster's)")
+    g.add_argument("--account", metavar="NAME", help="SLURM account charged (default: yours)")
+    g.add_argument(
+        "--timeout-min",
+        type=int,
+        metavar="MIN",
+        help=f"time limit of each task, minutes (default: {d.timeout_min})",
+    )
+    g.add_argument(
+        "--cpus-per-task",
+        type=int,
+        metavar="N",
+        help=f"CPUs (LBM threads) of each task (default: {d.cpus_per_task})",
+    )
+    g.add_argument(
+        "--mem-gb", type=float, metavar="GB", help=f"memory of each task, GB (default: {d.mem_gb:g})"
+    )
+    g.add_argument(
+        "--array-parallelism",
+        type=int,
+        metavar="N",
+        help=f"tasks running at once, at most (default: {d.array_parallelism})",
+    )
+    g.add_argument(
+        "--slurm-setup",
+        action="append",
+        metavar="LINE",
+        help="shell line each task runs first, e.g. 'module load gcc' (repeatable)",
+    )
+    g.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="submit and return; the same command run again waits for the array and merges",
+    )
+
+
+# The options of _slurm_arguments, less --slurm, as SlurmSettings' fields (slurm_setup is its ``setup``).
+_SLURM_OPTIONS = (
+    "tasks", "partition", "account", "timeout_min", "cpus_per_task", "mem_gb", "array_parallelism", "slurm_setup",
+    "no_wait",
+)  # fmt: skip
+
+
+def _slurm_settings(args: argparse.Namespace) -> object | None:
+    """The :class:`~flowlearn.data.cluster.SlurmSettings` of ``flowlearn generate --slurm``; None without --slurm.
+
+    Raises:
+        SettingError: naming the option: one out of its range, a SLURM option without --slurm, or --processes
+            with --slurm.
+    """
+    given = [
+        name
+        for name in _SLURM_OPTIONS
+        if getattr(args, name) is not None and getattr(args, name) is not False
+    ]
+    if not args.slurm:
+        for name in given:
+            raise SettingError(f"--{name.replace('_', '-')}", "applies only with --slurm")
+        return None
+    if args.processes != 1:
+        raise SettingError(
+            "--processes",
+            "applies only to a local generation: with --slurm each array task is one process on its "
+            "--cpus-per-task CPUs (ask for more tasks with --tasks)",
+        )
+    from flowlearn.data.cluster import SlurmSettings
+
+    fields = {name: getattr(args, name) for name in given if name not in ("slurm_setup", "no_wait")}
+    try:
+        return SlurmSettings(**fields, setup=tuple(args.slurm_setup or ()))
+    except SettingError as err:
+        raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
 
 
 def _run_report(args: argparse.Namespace) -> int:

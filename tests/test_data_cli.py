@@ -62,7 +62,19 @@ def test_generate_writes_a_valid_dataset_with_provenance(tmp_path, capsys):
     require_lbm()
     out = tmp_path / "gen.h5"
     argv = ["generate", str(out), "--count", "2", "--shape", "8", "24", "--mean-aperture", "4"]
-    ranges = ["--rms-ratio", "0.2", "0.3", "--wavelength-ratio", "1", "2", "--mismatch-length", "8", "12"]
+    ranges = [
+        "--recipe",
+        "winding",
+        "--rms-ratio",
+        "0.2",
+        "0.3",
+        "--wavelength-ratio",
+        "1",
+        "2",
+        "--mismatch-length",
+        "8",
+        "12",
+    ]
     assert main([*argv, *ranges, "--seed", "3", "--tolerance", "1e-5", "--quiet"]) == 0
     assert '"fractures": 2' in capsys.readouterr().out
     frs = read_fractures(out)
@@ -87,10 +99,10 @@ def test_a_generation_continues_from_the_fractures_it_finished(tmp_path):
     """The parts a stopped generation leaves are kept: the next run with the same settings computes the rest."""
     require_lbm()
     from flowlearn.data.generate import DatasetConfig, generate_dataset
+    from flowlearn.data.recipes import Winding
 
-    config = DatasetConfig(
-        count=1, shape=(8, 24), mean_aperture=4.0, rms_ratio=(0.1, 0.2), wavelength_ratio=(1.0, 2.0), seed=5
-    )
+    winding = Winding(rms_ratio=(0.1, 0.2), wavelength_ratio=(1.0, 2.0))
+    config = DatasetConfig(count=1, shape=(8, 24), mean_aperture=4.0, recipe=winding, seed=5)
     first = generate_dataset(config, tmp_path / "one.h5", progress=False)
     # Put the finished fracture where a stopped two-fracture generation would have left it.
     parts = tmp_path / "two.h5.parts"
@@ -111,7 +123,18 @@ def test_a_killed_generation_keeps_its_fractures_and_continues(tmp_path):
     require_lbm()
     out = tmp_path / "gen.h5"
     argv = [sys.executable, "-m", "flowlearn.cli", "generate", str(out), "--count", "3", "--shape", "8", "24"]
-    argv += ["--mean-aperture", "3", "--wavelength-ratio", "1", "2", "--tolerance", "1e-5", "--quiet"]
+    argv += [
+        "--mean-aperture",
+        "3",
+        "--recipe",
+        "winding",
+        "--wavelength-ratio",
+        "1",
+        "2",
+        "--tolerance",
+        "1e-5",
+        "--quiet",
+    ]
     first = tmp_path / "gen.h5.parts" / "fracture_000.h5"
     job = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300

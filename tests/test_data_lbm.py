@@ -16,7 +16,7 @@ from flowlearn.data.lbm import (
     voxelize,
     voxelize_aperture,
 )
-from flowlearn.data.roughness import RoughnessParams
+from flowlearn.data.roughness import RoughnessParams, rough_fracture
 from flowlearn.data.schema import read_fracture, validate_fracture, write_fractures
 
 require_lbm()
@@ -102,7 +102,7 @@ def test_contact_spot_is_inactive_and_output_fits_schema(obstacle):
 
 def test_generated_rough_fracture_round_trips_through_the_schema(tmp_path):
     params = RoughnessParams((H, W), hurst=0.8, rms=2.0, mean_aperture=4.0, mismatch_length=64.0, seed=1)
-    fr = generate_fracture(params, SETTINGS, voxel_size=1e-5, name="r", progress=False)
+    fr = generate_fracture(rough_fracture(params), SETTINGS, voxel_size=1e-5, name="r", progress=False)
     validate_fracture(fr)
     assert (fr.aperture == 0).any(), "these parameters give contact spots"
     write_fractures(tmp_path / "r.h5", [fr])

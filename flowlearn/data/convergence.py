@@ -102,19 +102,19 @@ def differences(runs: list[Resolution]) -> list[dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     from flowlearn.data.generate import DatasetConfig
-    from flowlearn.data.roughness import rough_fracture
+    from flowlearn.data.recipes import Winding
 
     parser = argparse.ArgumentParser(
         prog="python -m flowlearn.data.convergence",
-        description="Grid convergence of the LBM on fracture INDEX of the default dataset's recipe, on a smaller map.",
+        description="Grid convergence of the LBM on fracture INDEX of the winding recipe (the example dataset's), on a smaller map.",
     )
     parser.add_argument("--index", type=int, default=0, help="which fracture's draws to use")
     parser.add_argument("--shape", type=int, nargs=2, default=[24, 24], help="map size at 1x (H W)")
     parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 3], help="refinements, ascending")
     parser.add_argument("--threads", type=int, default=None, help="OpenMP threads")
     args = parser.parse_args(argv)
-    config = DatasetConfig(shape=tuple(args.shape), wavelength_ratio=(1.0, 2.9))
-    fracture = rough_fracture(config.roughness(args.index))
+    config = DatasetConfig(shape=tuple(args.shape), recipe=Winding(wavelength_ratio=(1.0, 2.9)))
+    fracture = config.walls(args.index)
     runs = grid_convergence(fracture, tuple(args.factors), LBMSettings(threads=args.threads))
     print(json.dumps({"roughness": fracture.params.to_dict(), "runs": differences(runs)}, indent=2))
     return 0

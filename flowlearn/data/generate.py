@@ -27,36 +27,24 @@ from tqdm.auto import tqdm
 from flowlearn.checks import available_memory, check_map_shape, check_setting, is_integer, is_number
 from flowlearn.data.departure import lcl_flow_rate
 from flowlearn.data.lbm import LBMSettings, least_box_bytes, library_versions, pick_target, simulate, voxelize
-from flowlearn.data.roughness import RoughnessParams, geometry_stats, rough_fracture
+from flowlearn.data.recipes import Published, Recipe
+from flowlearn.data.roughness import RoughFracture, geometry_stats
 from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture, atomic_path, read_fracture, write_fractures
 from flowlearn.errors import ProblemError, SettingError
-
-Range = float | tuple[float, float]
-
-
-def _range(value: Range) -> tuple[float, float]:
-    """(low, high) of a setting given as one number or as a pair."""
-    if isinstance(value, tuple | list):
-        return float(value[0]), float(value[1])
-    return float(value), float(value)
 
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    """A family of rough fractures. Lengths in voxels (= pixels of the map) unless noted.
+    """A dataset of rough fractures: how many, on what grid, from which :mod:`recipe <flowlearn.data.recipes>`.
 
-    Each roughness setting is a number, or a pair (low, high) from which every fracture draws its own value
-    (uniformly, with a generator seeded by ``(seed, index)``). Fracture i's walls use seed ``seed + i``.
+    Lengths in voxels (= pixels of the map) unless noted. Fracture i draws its roughness from the recipe's ranges
+    with ``numpy.random.default_rng([seed, i])`` and synthesises its walls with seed ``seed + i``.
 
     Attributes:
         count: number of fractures.
         shape: (H, W) of each aperture map.
-        mean_aperture: separation of the walls' mean planes.
-        hurst: Hurst exponent of each wall.
-        rms_ratio: rms height of each wall over ``mean_aperture``.
-        mismatch_length: the walls match above this wavelength.
-        wavelength_ratio: the shortest roughness wavelength over ``mean_aperture``; 0 keeps every wavelength.
-        shear: shift of the top wall along the flow.
+        mean_aperture: the fractures' mean aperture (voxels): the LBM's resolution across the gap.
+        recipe: what the fractures draw (:data:`~flowlearn.data.recipes.RECIPES`).
         seed: seed of the first fracture.
         voxel_size: metres per voxel, used to store apertures, walls and flow rates in metres.
         lbm: numerical settings of the LBM runs.
@@ -65,11 +53,7 @@ class DatasetConfig:
     count: int = 96
     shape: tuple[int, int] = (64, 64)
     mean_aperture: float = 8.0
-    hurst: Range = (0.5, 0.9)
-    rms_ratio: Range = (0.1, 0.7)
-    mismatch_length: Range = (8.0, 64.0)
-    wavelength_ratio: Range = (1.0, 6.0)
-    shear: Range = (0.0, 4.0)
+    recipe: Recipe = field(default_factory=Published)
     seed: int = 0
     voxel_size: float = 1e-5
     lbm: LBMSettings = field(default_factory=LBMSettings)
@@ -81,6 +65,7 @@ class DatasetConfig:
         check_setting(
             is_number(self.voxel_size) and self.voxel_size > 0, "voxel_size", "must be > 0", self.voxel_size
         )
+        check_setting(is_integer(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0", self.seed)
         shape = check_map_shape(self.shape)
         check_setting(
             shape[1] >= MIN_FLOW_LENGTH,
@@ -105,61 +90,27 @@ class DatasetConfig:
             f"this machine has available: H x W must stay below about {fitting:.3g} pixels at this mean aperture",
             self.shape,
         )
-        for name in ("hurst", "rms_ratio", "mismatch_length", "wavelength_ratio", "shear"):
-            value = getattr(self, name)
-            pair = value if isinstance(value, tuple | list) else (value, value)
-            check_setting(
-                len(pair) == 2 and all(is_number(v) for v in pair) and pair[0] <= pair[1],
-                name,
-                "must be a number or a pair low <= high",
-                value,
-            )
-        check_setting(_range(self.rms_ratio)[0] >= 0, "rms_ratio", "must be >= 0", self.rms_ratio)
-        longest = max(shape)
-        check_setting(
-            _range(self.wavelength_ratio)[1] * self.mean_aperture < longest,
-            "wavelength_ratio",
-            f"times mean_aperture ({self.mean_aperture}) must stay below the map's longest side ({longest})",
-            self.wavelength_ratio,
-        )
         # Both ends of every range must make valid fractures; checked before any simulation runs.
-        for end in (0, 1):
-            self._params(0, {name: _range(getattr(self, name))[end] for name in self._ranged()})
-
-    @staticmethod
-    def _ranged() -> tuple[str, ...]:
-        return ("hurst", "rms_ratio", "mismatch_length", "wavelength_ratio", "shear")
+        self.recipe.check(shape, self.mean_aperture)
 
     def draws(self, index: int) -> dict[str, float]:
-        """The roughness settings fracture ``index`` draws from the ranges."""
-        rng = np.random.default_rng([self.seed, index])
-        return {name: float(rng.uniform(*_range(getattr(self, name)))) for name in self._ranged()}
+        """The roughness settings fracture ``index`` draws from the recipe's ranges."""
+        return self.recipe.draws(self.seed, index)
 
-    def roughness(self, index: int) -> RoughnessParams:
-        """The wall parameters of fracture ``index`` (pixels)."""
-        return self._params(index, self.draws(index))
-
-    def _params(self, index: int, drawn: dict[str, float]) -> RoughnessParams:
-        return RoughnessParams(
-            shape=tuple(self.shape),
-            hurst=drawn["hurst"],
-            rms=drawn["rms_ratio"] * self.mean_aperture,
-            mean_aperture=self.mean_aperture,
-            mismatch_length=drawn["mismatch_length"],
-            min_wavelength=drawn["wavelength_ratio"] * self.mean_aperture,
-            shear=drawn["shear"],
-            seed=self.seed + index,
-        )
+    def walls(self, index: int) -> RoughFracture:
+        """The walls of fracture ``index`` (pixels)."""
+        return self.recipe.walls(tuple(self.shape), self.mean_aperture, self.seed, index)
 
     def to_dict(self) -> dict:
-        """JSON-ready recipe: every setting, the LBM's included."""
+        """JSON-ready recipe: every setting, the recipe's and the LBM's included."""
         recipe = asdict(self)
         recipe["shape"] = list(self.shape)
+        recipe["recipe"] = self.recipe.to_dict()
         return json.loads(json.dumps(recipe))
 
 
 def generate_fracture(
-    params: RoughnessParams, settings: LBMSettings, voxel_size: float, name: str, progress: bool = True
+    walls: RoughFracture, settings: LBMSettings, voxel_size: float, name: str, progress: bool = True
 ) -> Fracture:
     """One rough fracture with its LBM pressure and flow rate, as a :class:`Fracture` with full provenance.
 
@@ -168,7 +119,6 @@ def generate_fracture(
     inlet or outlet column. The provenance records the geometry's statistics and the flow rate of the local
     cubic law on the same map (``departure``).
     """
-    walls = rough_fracture(params)
     fluid = voxelize(walls.bottom, walls.top)
     result = simulate(fluid, settings, progress=progress)
     fracture = Fracture(
@@ -188,7 +138,7 @@ def generate_fracture(
     q_lcl = lcl_flow_rate(fracture)
     provenance = {
         "generator": "flowlearn.data.generate",
-        "roughness": params.to_dict(),
+        "roughness": walls.params.to_dict(),
         "geometry": geometry_stats(walls.bottom, walls.top).to_dict(),
         "voxel_box": list(fluid.shape),
         "departure": {"flow_rate_lcl": q_lcl, "ratio": fracture.flow_rate / q_lcl},
@@ -201,7 +151,7 @@ def _make(config: DatasetConfig, index: int, lbm: LBMSettings) -> Fracture:
     """Fracture ``index`` of ``config`` (run in a worker process)."""
     try:
         fracture = generate_fracture(
-            config.roughness(index), lbm, config.voxel_size, fracture_name(index), progress=False
+            config.walls(index), lbm, config.voxel_size, fracture_name(index), progress=False
         )
     except ProblemError as err:
         # Walls that touch all across the map leave nothing to simulate: name the fracture and its draws.

@@ -23,6 +23,7 @@ columns x) float64, periodic in both directions.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 from scipy import signal
@@ -54,6 +55,9 @@ class RoughnessParams:
     seed: int
     min_wavelength: float = 0.0
     shear: float = 0.0
+
+    # Fields that are lengths: scaled with the grid by :func:`refine`.
+    LENGTHS = ("rms", "mean_aperture", "mismatch_length", "min_wavelength", "shear")
 
     def __post_init__(self) -> None:
         shape = check_map_shape(self.shape)
@@ -91,23 +95,25 @@ class RoughFracture:
     """Two walls and the gap between them, float64 (H, W), pixels.
 
     ``bottom`` and ``top`` are wall heights with the fracture's mid-plane at 0; ``aperture`` is
-    ``max(top - bottom, 0)``, so contact spots are exactly 0.
+    ``max(top - bottom, 0)``, so contact spots are exactly 0. ``params`` made them: a :class:`RoughnessParams` or
+    a :class:`~flowlearn.data.closure.ClosureParams` (a frozen dataclass with ``shape``, ``LENGTHS`` and
+    ``to_dict()``).
     """
 
-    params: RoughnessParams
+    params: Any
     bottom: np.ndarray
     top: np.ndarray
     aperture: np.ndarray
 
 
-def _wavenumbers(shape: tuple[int, int]) -> np.ndarray:
+def wavenumbers(shape: tuple[int, int]) -> np.ndarray:
     """|q| in cycles per pixel on the grid of ``np.fft.fft2`` for ``shape`` (H, W)."""
     qy = np.fft.fftfreq(shape[0])[:, None]
     qx = np.fft.fftfreq(shape[1])[None, :]
     return np.hypot(qy, qx)
 
 
-def _self_affine_amplitude(q: np.ndarray, hurst: float) -> np.ndarray:
+def self_affine_amplitude(q: np.ndarray, hurst: float) -> np.ndarray:
     amplitude = np.zeros_like(q)
     nonzero = q > 0
     # The q = 0 mode is the mean height, which the caller sets, so it gets no power.
@@ -130,7 +136,7 @@ def self_affine_surface(
     """
     _check(hurst, rms)
     noise = np.fft.fft2(rng.standard_normal(shape))
-    return _to_rms(np.fft.ifft2(noise * _self_affine_amplitude(_wavenumbers(shape), hurst)).real, rms)
+    return _to_rms(np.fft.ifft2(noise * self_affine_amplitude(wavenumbers(shape), hurst)).real, rms)
 
 
 def rough_fracture(params: RoughnessParams) -> RoughFracture:
@@ -138,8 +144,8 @@ def rough_fracture(params: RoughnessParams) -> RoughFracture:
     # RoughnessParams checked its values when it was made.
     rng = np.random.default_rng(params.seed)
     shape = tuple(params.shape)
-    q = _wavenumbers(shape)
-    amplitude = _self_affine_amplitude(q, params.hurst)
+    q = wavenumbers(shape)
+    amplitude = self_affine_amplitude(q, params.hurst)
     if params.min_wavelength > 0:
         amplitude[q > 1.0 / params.min_wavelength] = 0.0
     shared = np.fft.fft2(rng.standard_normal(shape))
@@ -170,10 +176,7 @@ def refine(fracture: RoughFracture, factor: int) -> RoughFracture:
         return factor * signal.resample(signal.resample(wall, shape[0], axis=0), shape[1], axis=1)
 
     bottom, top = fine(fracture.bottom), fine(fracture.top)
-    scaled = {
-        name: getattr(fracture.params, name) * factor
-        for name in ("rms", "mean_aperture", "mismatch_length", "min_wavelength", "shear")
-    }
+    scaled = {name: getattr(fracture.params, name) * factor for name in fracture.params.LENGTHS}
     params = replace(fracture.params, shape=shape, **scaled)
     return RoughFracture(params, bottom, top, np.maximum(top - bottom, 0.0))
 

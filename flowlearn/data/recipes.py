@@ -1,0 +1,275 @@
+"""Recipes of rough fractures: what a dataset's fractures draw, one class per recipe, by name in :data:`RECIPES`.
+
+A recipe holds ranges; fracture ``i`` of a dataset draws its own value of each, uniformly (or log-uniformly where
+stated), from ``numpy.random.default_rng([seed, i])``, and synthesises its walls with seed ``seed + i``.
+
+``published`` (the default)
+    Walls in contact, each quantity in the range published for real rock joints (data/README.md gives the sources):
+    σ/⟨b⟩ of the open gap, contact area by normal closure, mismatch length, roughness below the mean aperture, Hurst
+    exponent and the smoothed slope of the mid-surface; every ``special_every`` fractures, five are cases that every
+    law must get right (parallel plates, plates tilted along and across the flow, two rough gaps with a flat
+    mid-surface). Synthesis: :mod:`flowlearn.data.closure`.
+
+``winding``
+    Two self-affine walls of given rms height, matched above a mismatch length, with the top wall sheared along the
+    flow: steep, winding gaps with few contacts (:mod:`flowlearn.data.roughness`). The recipe of datasets made before
+    ``published``; kept to reproduce them.
+
+Lengths are in pixels (= LBM voxels) unless a name says "ratio" (then in mean apertures).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
+
+import numpy as np
+
+from flowlearn.checks import check_setting, is_integer, is_number
+from flowlearn.data.closure import ClosureParams, closed_fracture
+from flowlearn.data.roughness import RoughFracture, RoughnessParams, rough_fracture
+
+Range = float | tuple[float, float]
+
+
+def as_range(value: Range) -> tuple[float, float]:
+    """(low, high) of a setting given as one number or as a pair."""
+    if isinstance(value, tuple | list):
+        return float(value[0]), float(value[1])
+    return float(value), float(value)
+
+
+@dataclass(frozen=True)
+class Recipe(ABC):
+    """A family of rough fractures: ranges to draw from (:meth:`draws`) and the walls they make (:meth:`walls`).
+
+    Subclasses are frozen dataclasses whose fields of type :data:`Range` are drawn per fracture; ``LOG_UNIFORM``
+    names those drawn log-uniformly.
+    """
+
+    name: ClassVar[str]
+    LOG_UNIFORM: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for name in self.ranged():
+            value = getattr(self, name)
+            pair = value if isinstance(value, tuple | list) else (value, value)
+            check_setting(
+                len(pair) == 2 and all(is_number(v) for v in pair) and pair[0] <= pair[1],
+                name,
+                "must be a number or a pair low <= high",
+                value,
+            )
+        for name in self.LOG_UNIFORM:
+            check_setting(as_range(getattr(self, name))[0] > 0, name, "must be > 0", getattr(self, name))
+
+    @classmethod
+    def ranged(cls) -> tuple[str, ...]:
+        """The fields drawn per fracture."""
+        return tuple(f.name for f in fields(cls) if f.type == "Range")
+
+    def draws(self, seed: int, index: int) -> dict[str, float]:
+        """The values fracture ``index`` draws from the ranges."""
+        rng = np.random.default_rng([seed, index])
+        drawn = {}
+        for name in self.ranged():
+            low, high = as_range(getattr(self, name))
+            if name in self.LOG_UNIFORM:
+                drawn[name] = float(math.exp(rng.uniform(math.log(low), math.log(high))))
+            else:
+                drawn[name] = float(rng.uniform(low, high))
+        return drawn
+
+    def check(self, shape: tuple[int, int], mean_aperture: float) -> None:
+        """Raise :class:`~flowlearn.errors.SettingError` where a range cannot make valid fractures on maps of
+        ``shape`` at ``mean_aperture`` (both ends of every range are tried, before any simulation)."""
+        for end in (0, 1):
+            drawn = {name: as_range(getattr(self, name))[end] for name in self.ranged()}
+            for index in self.kinds_of_fracture():
+                self.params(shape, mean_aperture, 0, index, drawn)
+
+    def kinds_of_fracture(self) -> tuple[int, ...]:
+        """One index of each kind of fracture the recipe makes (each kind may check its settings differently)."""
+        return (0,)
+
+    def walls(self, shape: tuple[int, int], mean_aperture: float, seed: int, index: int) -> RoughFracture:
+        """The walls of fracture ``index`` (pixels)."""
+        return self.synthesize(self.params(shape, mean_aperture, seed, index, self.draws(seed, index)))
+
+    @abstractmethod
+    def params(
+        self, shape: tuple[int, int], mean_aperture: float, seed: int, index: int, drawn: dict[str, float]
+    ) -> RoughnessParams | ClosureParams:
+        """The wall parameters of fracture ``index`` from its ``drawn`` values."""
+
+    @staticmethod
+    @abstractmethod
+    def synthesize(params: RoughnessParams | ClosureParams) -> RoughFracture:
+        """The walls of ``params``."""
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Published(Recipe):
+    """Walls in contact, each quantity in its published range (see the module docstring and data/README.md).
+
+    Attributes:
+        hurst: Hurst exponent of the walls.
+        aperture_std: σ/⟨b⟩ of the open gap, before closure (contacts raise it).
+        contact_fraction: share of the map where the walls touch, set by the closure.
+        mismatch_ratio: mismatch length over the mean aperture, drawn log-uniformly; the upper end must fit twice
+            in the map's longest side.
+        wavelength_ratio: shortest roughness wavelength over the mean aperture (at least 2 pixels: the grid's).
+        mid_slope: rms slope of the mid-surface smoothed over the mean aperture, where the matched wavelengths can
+            set it (the independent short wavelengths make a floor that it cannot go under); for tilted plates,
+            their slope.
+        special_every: of every this many fractures, five are the exact cases (indices 0-4 of each block:
+            parallel plates, tilted along, tilted across, two flat mid-surfaces); 0 makes none.
+    """
+
+    name: ClassVar[str] = "published"
+    LOG_UNIFORM: ClassVar[tuple[str, ...]] = ("mismatch_ratio",)
+    # The kind of each index within a block of ``special_every`` fractures; the rest are "rough".
+    SPECIAL: ClassVar[tuple[str, ...]] = (
+        "parallel",
+        "tilted_along",
+        "tilted_across",
+        "flat_mid_surface",
+        "flat_mid_surface",
+    )
+
+    hurst: Range = (0.5, 0.9)
+    aperture_std: Range = (0.25, 0.7)
+    contact_fraction: Range = (0.0, 0.3)
+    mismatch_ratio: Range = (2.0, 4.0)
+    wavelength_ratio: Range = (0.5, 2.0)
+    mid_slope: Range = (0.05, 0.4)
+    special_every: int = 32
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_setting(
+            is_integer(self.special_every)
+            and (self.special_every == 0 or self.special_every > len(self.SPECIAL)),
+            "special_every",
+            f"must be 0 (no exact cases) or an integer > {len(self.SPECIAL)} (the exact cases of each block)",
+            self.special_every,
+        )
+
+    def kinds_of_fracture(self) -> tuple[int, ...]:
+        return tuple(range(len(self.SPECIAL) + 1)) if self.special_every else (0,)
+
+    def kind(self, index: int) -> str:
+        """What fracture ``index`` is: one of :data:`flowlearn.data.closure.KINDS`."""
+        if self.special_every and index % self.special_every < len(self.SPECIAL):
+            return self.SPECIAL[index % self.special_every]
+        return "rough"
+
+    def params(
+        self, shape: tuple[int, int], mean_aperture: float, seed: int, index: int, drawn: dict[str, float]
+    ) -> ClosureParams:
+        kind = self.kind(index)
+        longest = max(shape)
+        mismatch = drawn["mismatch_ratio"] * mean_aperture
+        check_setting(
+            2 * mismatch <= longest,
+            "shape",
+            f"is too small for mismatch_ratio up to {as_range(self.mismatch_ratio)[1]:g} mean apertures of "
+            f"{mean_aperture:g} pixels: the mismatch length must fit twice in the longest side, which needs "
+            f">= {math.ceil(2 * as_range(self.mismatch_ratio)[1] * mean_aperture)} pixels (or lower mismatch_ratio)",
+            tuple(shape),
+        )
+        check_setting(
+            drawn["wavelength_ratio"] * mean_aperture >= 2,
+            "wavelength_ratio",
+            f"times the mean aperture ({mean_aperture:g} pixels) must be >= 2 pixels, the shortest wavelength a grid "
+            f"holds: at least {2 / mean_aperture:.3g} here",
+            self.wavelength_ratio,
+        )
+        return ClosureParams(
+            shape=tuple(shape),
+            mean_aperture=mean_aperture,
+            hurst=drawn["hurst"],
+            aperture_std=drawn["aperture_std"],
+            contact_fraction=drawn["contact_fraction"] if kind in ("rough", "flat_mid_surface") else 0.0,
+            mismatch_length=mismatch,
+            min_wavelength=drawn["wavelength_ratio"] * mean_aperture,
+            mid_slope=drawn["mid_slope"],
+            seed=seed + index,
+            kind=kind,
+        )
+
+    @staticmethod
+    def synthesize(params: ClosureParams) -> RoughFracture:
+        return closed_fracture(params)
+
+
+@dataclass(frozen=True)
+class Winding(Recipe):
+    """Two self-affine walls of given rms height, the top one sheared along the flow: steep, winding gaps.
+
+    Attributes:
+        hurst: Hurst exponent of each wall.
+        rms_ratio: rms height of each wall over the mean aperture.
+        mismatch_length: the walls match above this wavelength (pixels).
+        wavelength_ratio: the shortest roughness wavelength over the mean aperture; 0 keeps every wavelength.
+        shear: shift of the top wall along the flow (pixels).
+    """
+
+    name: ClassVar[str] = "winding"
+
+    hurst: Range = (0.5, 0.9)
+    rms_ratio: Range = (0.1, 0.7)
+    mismatch_length: Range = (8.0, 64.0)
+    wavelength_ratio: Range = (1.0, 6.0)
+    shear: Range = (0.0, 4.0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_setting(as_range(self.rms_ratio)[0] >= 0, "rms_ratio", "must be >= 0", self.rms_ratio)
+
+    def check(self, shape: tuple[int, int], mean_aperture: float) -> None:
+        longest = max(shape)
+        shortest = as_range(self.wavelength_ratio)[1] * mean_aperture
+        check_setting(
+            shortest < longest,
+            "shape",
+            f"is too small for wavelength_ratio up to {as_range(self.wavelength_ratio)[1]:g} mean apertures of "
+            f"{mean_aperture:g} pixels: the longest side must exceed {shortest:g} pixels (or lower wavelength_ratio)",
+            tuple(shape),
+        )
+        # A shift by the map's length is no shift (the walls are periodic); half of it is the most that differs.
+        check_setting(
+            max(abs(v) for v in as_range(self.shear)) < shape[1] / 2,
+            "shear",
+            f"must stay below half the map's length along the flow ({shape[1] / 2:g} pixels): a periodic wall "
+            "shifted by more is the same as one shifted less the other way",
+            self.shear,
+        )
+        super().check(shape, mean_aperture)
+
+    def params(
+        self, shape: tuple[int, int], mean_aperture: float, seed: int, index: int, drawn: dict[str, float]
+    ) -> RoughnessParams:
+        return RoughnessParams(
+            shape=tuple(shape),
+            hurst=drawn["hurst"],
+            rms=drawn["rms_ratio"] * mean_aperture,
+            mean_aperture=mean_aperture,
+            mismatch_length=drawn["mismatch_length"],
+            min_wavelength=drawn["wavelength_ratio"] * mean_aperture,
+            shear=drawn["shear"],
+            seed=seed + index,
+        )
+
+    @staticmethod
+    def synthesize(params: RoughnessParams) -> RoughFracture:
+        return rough_fracture(params)
+
+
+# Recipe name -> class. ``flowlearn generate --recipe NAME``.
+RECIPES: dict[str, type[Recipe]] = {cls.name: cls for cls in (Published, Winding)}
