@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -340,7 +341,7 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_departure(args: argparse.Namespace) -> int:
-    from flowlearn.data.departure import departures, summarize
+    from flowlearn.data.departure import departures, range_summary, summarize
     from flowlearn.errors import DataValidationError
 
     rows = departures(args.data)
@@ -349,11 +350,13 @@ def _run_departure(args: argparse.Namespace) -> int:
             f"{args.data}: no fracture stores a flow_rate (made by an older flowlearn?)"
         )
     if args.table:
-        print(f"{'fracture':<16} {'Q/Q_LCL':>8} {'σ/⟨a⟩':>7} {'slope':>6} {'contact':>8}")
+        print(
+            f"{'fracture':<16} {'σ/⟨b⟩':>7} {'contact':>8} {'b_h/⟨b⟩':>8} {'Q/Q_LCL':>8} {'slope':>6} {'ΔQ(2x)':>7}"
+        )
         for row in rows:
             print(
-                f"{row.name:<16} {row.ratio:8.3f} {row.relative_std:7.3f} {row.wall_slope:6.3f} "
-                f"{row.contact_fraction:8.3f}"
+                f"{row.name:<16} {row.relative_std:7.3f} {row.contact_fraction:8.3f} {row.hydraulic_ratio:8.3f} "
+                f"{row.ratio:8.3f} {row.mid_slope:6.3f} {_percent(row.convergence):>7}"
             )
     summary = summarize(rows)
     low, high = summary["quartiles_departure"]
@@ -366,6 +369,7 @@ def _run_departure(args: argparse.Namespace) -> int:
         f"departure |Q/Q_LCL - 1|: median {summary['median_departure']:.1%} (quartiles {low:.1%}, {high:.1%}); "
         f"{summary['share_departing_20pct']:.0%} of the fractures depart by 20% or more"
     )
+    print("\n".join(range_summary(rows)))
     if args.figure:
         from flowlearn.data.schema import atomic_path
         from flowlearn.reporting.figures import plot_departure
@@ -376,9 +380,19 @@ def _run_departure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _percent(value: float) -> str:
+    """A share as a percentage with two decimals, '-' where it is not recorded (NaN)."""
+    return f"{value:.2%}" if math.isfinite(value) else "-"
+
+
 def _departure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("data", help="HDF5 fracture file whose fractures store a flow_rate (flowlearn generate)")
-    p.add_argument("--table", action="store_true", help="one line per fracture")
+    p.add_argument(
+        "--table",
+        action="store_true",
+        help="one line per fracture: σ/⟨b⟩, contact fraction, b_h/⟨b⟩ of the reference flow rate, Q/Q_LCL, rms "
+        "mid-surface slope (smoothed over ⟨b⟩) and the flow rate's change under 2x refinement",
+    )
     p.add_argument("--figure", help="PNG of Q/Q_LCL against σ/⟨a⟩ and the wall slope")
 
 

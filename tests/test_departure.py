@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from flowlearn.cli import main
-from flowlearn.data.departure import departures, lcl_flow_rate, summarize
+from flowlearn.data.departure import departure, departures, hydraulic_aperture, lcl_flow_rate, summarize
 from flowlearn.data.schema import Fracture, write_fractures
 
 
@@ -61,9 +61,10 @@ def test_departure_command_prints_the_spread_and_draws_the_figure(tmp_path, caps
     figure = tmp_path / "departure.png"
     assert main(["departure", str(path), "--table", "--figure", str(figure)]) == 0
     out = capsys.readouterr().out
-    assert (
-        "a                   0.600" in out and "median 40.0%" in out and "100% of the fractures depart" in out
-    )
+    # name, σ/⟨b⟩, contact, b_h/⟨b⟩ = 0.6^(1/3), Q/Q_LCL, slope (no walls), convergence (not recorded)
+    assert "a                  0.000    0.000    0.843    0.600    nan       -" in out
+    assert "median 40.0%" in out and "100% of the fractures depart" in out
+    assert "b_h/⟨b⟩                median 0.843" in out and "published 0.3-0.9" in out
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -73,3 +74,26 @@ def test_departure_command_on_a_file_without_flow_rates_is_one_line(tmp_path, ca
     write_fractures(path, [Fracture(**{**gap.__dict__, "flow_rate": None})])
     assert main(["departure", str(path)]) == 2
     assert "no fracture stores a flow_rate" in capsys.readouterr().err
+
+
+def test_hydraulic_aperture_of_a_uniform_gap_is_its_aperture_times_the_cube_root_of_the_ratio():
+    assert hydraulic_aperture(uniform_gap("u", 3e-5, ratio=0.5)) == pytest.approx(
+        3e-5 * 0.5 ** (1 / 3), rel=1e-12
+    )
+
+
+def test_the_table_reads_contacts_from_the_map_the_slope_from_the_walls_and_the_recorded_convergence():
+    gap = uniform_gap("t", 2e-5, shape=(8, 9), ratio=0.9)
+    aperture = gap.aperture.copy()
+    aperture[3, 4] = 0.0  # one contact pixel of 72
+    x = np.arange(9) * 1e-5
+    bottom = np.tile(0.2 * x, (8, 1)) - 1e-5  # a plate tilted along the flow at slope 0.2
+    fracture = Fracture(
+        **{**gap.__dict__, "aperture": aperture, "bottom": bottom, "top": bottom + 2e-5},
+    )
+    fracture.provenance["convergence"] = {"flow_rate_change": 0.013, "how": "measured"}
+    row = departure(fracture)
+    assert row.contact_fraction == pytest.approx(1 / 72)
+    assert row.mid_slope == pytest.approx(0.2, rel=1e-9)
+    assert row.convergence == 0.013
+    assert row.relative_std == pytest.approx(np.std(aperture) / np.mean(aperture))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ import torch
 from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
+from flowlearn.data.inclination import mid_surface_slope
 from flowlearn.data.schema import Fracture, read_fractures
 
 
@@ -50,6 +51,16 @@ def lcl_flow_rate(fracture: Fracture) -> float:
     return float(outlet_flow_rate(log_t, solve_pressure(log_t, problem), problem))
 
 
+def hydraulic_aperture(fracture: Fracture) -> float:
+    """b_h: the aperture of the parallel-plate gap on the same map that carries the fracture's reference flow rate,
+    in the aperture's units. The LCL's flow rate of a uniform gap b is b³ times that of the unit gap, so
+    b_h = (Q_ref / Q_LCL(1))^(1/3)."""
+    if fracture.flow_rate is None:
+        raise ValueError(f"{fracture.name}: no reference flow rate")
+    unit = replace(fracture, aperture=np.ones(fracture.aperture.shape), mask=None)
+    return float((fracture.flow_rate / lcl_flow_rate(unit)) ** (1.0 / 3.0))
+
+
 @dataclass(frozen=True)
 class Departure:
     """One fracture's flow rate against the LCL, with the geometry that explains it.
@@ -59,7 +70,15 @@ class Departure:
         flow_rate: Q_ref, the reference (LBM) flow rate, in the file's units.
         flow_rate_lcl: Q_LCL, in the file's units.
         ratio: Q_ref / Q_LCL.
-        relative_std, wall_slope, contact_fraction: from the fracture's provenance ("geometry"), NaN if absent.
+        relative_std: σ/⟨b⟩ of the stored aperture map (the gap the reference ran on; contacts count as 0).
+        contact_fraction: share of the map's pixels where the aperture is 0.
+        hydraulic_ratio: b_h/⟨b⟩, the hydraulic aperture of the reference flow rate (:func:`hydraulic_aperture`)
+            over the mean aperture.
+        mid_slope: rms slope of the mid-surface smoothed over the mean aperture
+            (:func:`~flowlearn.data.inclination.mid_surface_slope`); NaN without walls.
+        wall_slope: rms slope of the walls from the fracture's provenance ("geometry"), NaN if absent.
+        convergence: relative change of the reference flow rate under 2× grid refinement, from the provenance
+            ("convergence": measured, or inferred from the geometry); NaN where it records none.
     """
 
     name: str
@@ -67,34 +86,77 @@ class Departure:
     flow_rate_lcl: float
     ratio: float
     relative_std: float
-    wall_slope: float
     contact_fraction: float
+    hydraulic_ratio: float
+    mid_slope: float
+    wall_slope: float
+    convergence: float
 
     @property
     def departure(self) -> float:
         return self.ratio - 1.0
 
 
+def departure(fracture: Fracture) -> Departure:
+    """The :class:`Departure` of ``fracture``, which must store a ``flow_rate``."""
+    q_lcl = lcl_flow_rate(fracture)
+    aperture = np.where(fracture.active, np.asarray(fracture.aperture, np.float64), 0.0)
+    mean = float(aperture.mean())
+    convergence = fracture.provenance.get("convergence", {})
+    return Departure(
+        name=fracture.name,
+        flow_rate=fracture.flow_rate,
+        flow_rate_lcl=q_lcl,
+        ratio=fracture.flow_rate / q_lcl,
+        relative_std=float(aperture.std() / mean) if mean > 0 else math.nan,
+        contact_fraction=float((aperture == 0).mean()),
+        hydraulic_ratio=hydraulic_aperture(fracture) / mean if mean > 0 else math.nan,
+        mid_slope=mid_surface_slope(fracture),
+        wall_slope=float(fracture.provenance.get("geometry", {}).get("wall_slope", math.nan)),
+        convergence=float(convergence.get("flow_rate_change", math.nan)),
+    )
+
+
 def departures(path: str | os.PathLike) -> list[Departure]:
     """:class:`Departure` of every fracture of ``path`` that stores a ``flow_rate``, in group order."""
-    rows = []
-    for fracture in read_fractures(path):
-        if fracture.flow_rate is None:
+    return [departure(fracture) for fracture in read_fractures(path) if fracture.flow_rate is not None]
+
+
+# What real rough fractures show, for `flowlearn departure` to print beside a dataset's statistics: the Departure
+# field -> (what it is, the published range, its sources). data/README.md gives the full references.
+PUBLISHED_RANGES = {
+    "relative_std": (
+        "σ/⟨b⟩",
+        "0.3-1 unloaded, above 1 under stress",
+        "Brown 1987; Hakami & Larsson 1996; Konzuk & Kueper 2004",
+    ),
+    "contact_fraction": (
+        "contact area",
+        "0-10 % unloaded, 10-40 % under stress",
+        "Pyrak-Nolte et al. 1987; Hakami 1995",
+    ),
+    "mid_slope": (
+        "rms mid-surface slope",
+        "0.1-0.4 (joint profiles, JRC 0-20)",
+        "Tse & Cruden 1979; Barton 1973",
+    ),
+    "hydraulic_ratio": ("b_h/⟨b⟩", "0.3-0.9 in laboratory tests", "Zimmerman & Bodvarsson 1996"),
+}
+
+
+def range_summary(rows: list[Departure]) -> list[str]:
+    """One line per quantity of :data:`PUBLISHED_RANGES`: the dataset's median and extremes beside the published
+    range (fractures where a quantity is NaN are left out of it)."""
+    lines = []
+    for field_name, (label, published, sources) in PUBLISHED_RANGES.items():
+        values = np.array([getattr(row, field_name) for row in rows], dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            lines.append(f"{label:<22} (not recorded)          published {published} ({sources})")
             continue
-        q_lcl = lcl_flow_rate(fracture)
-        geometry = fracture.provenance.get("geometry", {})
-        rows.append(
-            Departure(
-                name=fracture.name,
-                flow_rate=fracture.flow_rate,
-                flow_rate_lcl=q_lcl,
-                ratio=fracture.flow_rate / q_lcl,
-                relative_std=float(geometry.get("relative_std", math.nan)),
-                wall_slope=float(geometry.get("wall_slope", math.nan)),
-                contact_fraction=float(geometry.get("contact_fraction", math.nan)),
-            )
-        )
-    return rows
+        spread = f"median {np.median(values):.3g} ({values.min():.3g}-{values.max():.3g})"
+        lines.append(f"{label:<22} {spread:<26} published {published} ({sources})")
+    return lines
 
 
 def summarize(rows: list[Departure]) -> dict[str, float]:

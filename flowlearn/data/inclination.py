@@ -101,6 +101,18 @@ def inclination_tensor(fracture: Fracture, smoothing: float = SMOOTHING) -> np.n
     return np.stack([np.log1p(m_y**2) - log_norm, np.log1p(m_x**2) - log_norm, rho])
 
 
+def mid_surface_slope(fracture: Fracture, smoothing: float = SMOOTHING) -> float:
+    """rms slope |∇m| of the fracture's mid-surface m = (bottom + top)/2, smoothed over ``smoothing`` mean apertures
+    as :func:`inclination_tensor` smooths it, over the active pixels (dimensionless); NaN where the tensor cannot be
+    computed (no walls, unknown voxel size, 3D)."""
+    if fracture.bottom is None or fracture.aperture.ndim != 2 or not math.isfinite(fracture.voxel_size):
+        return math.nan
+    middle = 0.5 * (np.asarray(fracture.bottom, np.float64) + np.asarray(fracture.top, np.float64))
+    m_x, m_y = smoothed_gradient(middle, fracture.voxel_size, smoothing * mean_aperture(fracture))
+    active = fracture.active
+    return float(np.sqrt(np.mean((m_x**2 + m_y**2)[active]))) if active.any() else math.nan
+
+
 def aperture_slope(fracture: Fracture) -> np.ndarray:
     """(∂Ap/∂x, ∂Ap/∂y) of the aperture map, dimensionless, float64 (2, H, W): central differences (one-sided at
     the edges), zero aperture at inactive pixels. The map, not the smooth walls: it is the gap the reference
