@@ -3,7 +3,8 @@
 The walls are refined exactly (:func:`~flowlearn.data.roughness.refine`), so only the LBM's resolution changes.
 Compared per factor r, against the finest run:
 
-* the flow rate, as the conductance Q mu / (p_in - p_out) in units of the coarse voxel (voxels³ / r³);
+* the flow rate, as the conductance Q mu / (p_in - p_out) in units of the coarse voxel (voxels³ / r³), over the
+  coarse grid's length (:func:`coarse_conductance`);
 * the 2D pressure's departure from the straight line between inlet and outlet (each run's own line: the runs'
   first and last columns sit at slightly different places), averaged over each r x r block of fine cells (those
   with flow) back onto the coarse grid.
@@ -43,6 +44,21 @@ class Resolution:
     cells: int
 
 
+def coarse_conductance(result: LBMResult, factor: int) -> float:
+    """The conductance of a run on the grid ``factor`` times finer, as the coarse grid would measure it: in coarse
+    voxels³, and between the coarse grid's end columns.
+
+    The conductance is taken between the centres of the first and last columns, W - 1 voxels apart on the coarse
+    grid but (rW - 1)/r coarse voxels apart on the fine one: half a coarse voxel longer at r = 2. A conductance
+    falls as 1/length, so the fine one is brought back to the coarse length; without that, refining would seem to
+    lower the flow rate by 0.5/(W - 0.5) even where the flow does not change.
+    """
+    fine_columns = result.pressure.shape[1]
+    coarse_columns = fine_columns // factor
+    fine_length = (fine_columns - 1) / factor  # in coarse voxels
+    return result.conductance / factor**3 * fine_length / (coarse_columns - 1)
+
+
 def coarse_departure(result: LBMResult, factor: int) -> np.ndarray:
     """The pressure of ``result`` minus its straight line 2 - c/(W-1), averaged over the active cells of each
     ``factor`` x ``factor`` block."""
@@ -68,13 +84,22 @@ def grid_convergence(
         runs.append(
             Resolution(
                 factor=factor,
-                conductance=result.conductance / factor**3,
+                conductance=coarse_conductance(result, factor),
                 departure=coarse_departure(result, factor),
                 steps=result.steps,
                 cells=fluid.size,
             )
         )
     return runs
+
+
+def refinement_change(walls: RoughFracture, conductance: float, settings: LBMSettings | None = None) -> float:
+    """The relative change of the flow rate when the LBM that gave ``conductance`` (voxels³) on ``walls`` runs on a
+    grid 2× finer: Q(2×)/Q(1×) - 1 (:func:`coarse_conductance`), the fracture's convergence estimate. Costs about
+    16× the 1× run (8× the cells, 2× the steps)."""
+    fine = refine(walls, 2)
+    result = simulate(voxelize(fine.bottom, fine.top), settings, progress=False)
+    return float(coarse_conductance(result, 2) / conductance - 1)
 
 
 def differences(runs: list[Resolution]) -> list[dict[str, float]]:

@@ -146,12 +146,19 @@ class Published(Recipe):
     aperture_std: Range = (0.25, 0.7)
     contact_fraction: Range = (0.0, 0.3)
     mismatch_ratio: Range = (2.0, 4.0)
-    wavelength_ratio: Range = (0.5, 2.0)
+    wavelength_ratio: Range = (0.5, 1.5)
     mid_slope: Range = (0.05, 0.4)
     special_every: int = 32
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_setting(
+            as_range(self.wavelength_ratio)[1] < as_range(self.mismatch_ratio)[0],
+            "wavelength_ratio",
+            f"must stay below mismatch_ratio ({_shown(self.mismatch_ratio)}): the walls differ only by the "
+            "roughness between the two",
+            self.wavelength_ratio,
+        )
         check_setting(
             is_integer(self.special_every)
             and (self.special_every == 0 or self.special_every > len(self.SPECIAL)),
@@ -269,6 +276,11 @@ class Winding(Recipe):
     @staticmethod
     def synthesize(params: RoughnessParams) -> RoughFracture:
         return rough_fracture(params)
+
+
+def _shown(value: Range) -> str:
+    low, high = as_range(value)
+    return f"{low:g}" if low == high else f"{low:g}-{high:g}"
 
 
 # Recipe name -> class. ``flowlearn generate --recipe NAME``.
