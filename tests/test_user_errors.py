@@ -443,6 +443,64 @@ def test_generate_without_a_compiler_says_which_to_install(tmp_path, capsys, mon
     assert not (tmp_path / "out.h5").exists()
 
 
+# `flowlearn generate --slurm`: settings checked before the cluster is asked (tests/test_generate_slurm.py has what a
+# running cluster refuses).
+GENERATE_SLURM_ROWS = [
+    (["--slurm", "--tasks", "0"], "--tasks must be an integer >= 1, got 0"),
+    (["--slurm", "--tasks", "-2"], "--tasks must be an integer >= 1, got -2"),
+    (["--slurm", "--tasks", "two"], "argument --tasks: invalid int value: 'two'"),
+    (["--slurm", "--timeout-min", "0"], "--timeout-min must be an integer >= 1, got 0"),
+    (["--slurm", "--timeout-min", "1.5"], "argument --timeout-min: invalid int value: '1.5'"),
+    (["--slurm", "--cpus-per-task", "0"], "--cpus-per-task must be an integer >= 1, got 0"),
+    (["--slurm", "--mem-gb", "0"], "--mem-gb must be > 0, got 0.0"),
+    (["--slurm", "--mem-gb", "-4"], "--mem-gb must be > 0, got -4.0"),
+    (["--slurm", "--mem-gb", "inf"], "--mem-gb must be > 0, got inf"),
+    (["--slurm", "--array-parallelism", "0"], "--array-parallelism must be an integer >= 1, got 0"),
+    (["--slurm", "--partition", ""], "--partition must be a name, got ''"),
+    (["--slurm", "--account", " "], "--account must be a name, got ' '"),
+    (["--slurm", "--processes", "2"], "--processes applies only to a local generation: with --slurm each"),
+    (["--tasks", "4"], "--tasks applies only with --slurm"),
+    (["--partition", "cpu"], "--partition applies only with --slurm"),
+    (["--slurm-setup", "module load gcc"], "--slurm-setup applies only with --slurm"),
+    (["--no-wait"], "--no-wait applies only with --slurm"),
+]
+
+
+@pytest.mark.parametrize("options, message", GENERATE_SLURM_ROWS)
+def test_generate_slurm_mistakes_write_nothing(tmp_path, capsys, options, message):
+    status, err = _flowlearn(capsys, "generate", str(tmp_path / "out.h5"), "--quiet", *options)
+    _one_line(status, err, message)
+    assert os.listdir(tmp_path) == []  # no output, no parts folder
+
+
+def test_generate_slurm_without_sbatch_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # a PATH on which no SLURM command lives
+    status, err = _flowlearn(capsys, "generate", str(tmp_path / "out.h5"), "--quiet", "--slurm")
+    _one_line(status, err, "SLURM's client commands on PATH, and sbatch", "apt-get install slurm-client")
+    assert os.listdir(tmp_path) == []
+
+
+def test_generate_slurm_without_a_controller_names_slurm_conf(tmp_path, capsys, monkeypatch):
+    # Where `python train.py -m hydra/launcher=slurm` had printed submitit's traceback of a failed sbatch.
+    if shutil.which("scontrol") is None or shutil.which("sbatch") is None:
+        pytest.skip("SLURM's client commands are not installed (apt-get install slurm-client)")
+    import socket
+
+    with socket.socket() as s:  # a port on which nothing listens once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"ClusterName=nowhere\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort={port}\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    status, err = _flowlearn(capsys, "generate", str(tmp_path / "out.h5"), "--quiet", "--slurm")
+    _one_line(status, err, "--slurm: no SLURM controller answers `scontrol ping`", "SLURM_CONF", "slurmctld")
+    assert sorted(os.listdir(tmp_path)) == ["slurm.conf"]
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing.conf"))
+    status, err = _flowlearn(capsys, "generate", str(tmp_path / "out.h5"), "--quiet", "--slurm")
+    _one_line(status, err, f"--slurm: SLURM_CONF={tmp_path / 'missing.conf'} is no file")
+    assert sorted(os.listdir(tmp_path)) == ["slurm.conf"]
+
+
 # {name}: a file of the `files` fixture, {run}: a fake run directory, {tmp}: a fresh folder.
 COMMAND_ROWS = [
     (["convert", "{tmp}/missing.h5", "{tmp}/out.h5"], "{tmp}/missing.h5: no such file"),
