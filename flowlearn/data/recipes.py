@@ -119,7 +119,8 @@ class Published(Recipe):
 
     Attributes:
         hurst: Hurst exponent of the walls.
-        aperture_std: σ/⟨b⟩ of the open gap, before closure (contacts raise it).
+        aperture_std: σ/⟨b⟩ of the open gap, before closure; it shapes the fractures without contacts (with
+            contacts, the contact fraction alone sets the spread).
         contact_fraction: share of the map where the walls touch, set by the closure.
         mismatch_ratio: mismatch length over the mean aperture, drawn log-uniformly; the upper end must fit twice
             in the map's longest side.
