@@ -165,6 +165,14 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("dataset")
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the first fracture (then +1 each)")
     g.add_argument("--voxel-size", type=float, default=d.voxel_size, help="metres per voxel")
+    g.add_argument(
+        "--refine-every",
+        type=int,
+        default=d.refine_every,
+        metavar="N",
+        help="every N-th fracture also runs on the 2x grid and records its flow rate's change (0: none; each costs "
+        "about 17x)",
+    )
     p.add_argument(
         "--processes", type=int, default=1, help="worker processes, each with its share of the cores"
     )

@@ -381,6 +381,7 @@ GENERATE_ROWS = [
     (["--mid-slope", "2"], "--mid-slope must be in [0, 1]"),
     (["--mismatch-ratio", "0", "2"], "--mismatch-ratio must be > 0"),
     (["--wavelength-ratio", "0.1"], "--wavelength-ratio times the mean aperture (8 pixels) must be >= 2 pixels"),
+    (["--wavelength-ratio", "3"], "--wavelength-ratio must stay below mismatch_ratio (2-4)"),
     (["--special-every", "3"], "--special-every must be 0 (no exact cases) or an integer > 5"),
     (["--special-every", "0.5"], "argument --special-every: invalid int value: '0.5'"),
     # A map too small for the roughness asked for names the map first, and what it needs.
@@ -406,6 +407,7 @@ GENERATE_ROWS = [
     (["--shape", "100000", "100000"], "H x W must stay below about"),
     (["--recipe", "winding", "--mismatch-length", "0"], "--mismatch-length must be > 0"),
     (["--seed", "-5"], "--seed must be an integer >= 0, got -5"),
+    (["--refine-every", "-1"], "--refine-every must be an integer >= 0 (0: no fracture is refined), got -1"),
     (["--voxel-size", "0"], "--voxel-size must be > 0, got 0.0"),
     (["--omega", "3"], "--omega must be in (0, 2), got 3.0"),
     (["--omega", "0"], "--omega must be in (0, 2), got 0.0"),
