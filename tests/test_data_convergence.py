@@ -41,4 +41,6 @@ def test_parallel_plates_refined_carry_the_lattice_flux_exactly_at_every_refinem
     runs = grid_convergence(plates, (1, 2, 3), LBMSettings(tolerance=1e-9))
     cubic = h * b**3 / 12 / (w - 1)
     for run in runs:
-        assert run.conductance / cubic - 1 == pytest.approx(1 / (2 * run.factor**2 * b**2), abs=5e-3), run.factor
+        assert run.conductance / cubic - 1 == pytest.approx(1 / (2 * run.factor**2 * b**2), abs=5e-3), (
+            run.factor
+        )

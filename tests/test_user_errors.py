@@ -380,7 +380,10 @@ GENERATE_ROWS = [
     (["--aperture-std", "-1"], "--aperture-std must be in [0, 3]"),
     (["--mid-slope", "2"], "--mid-slope must be in [0, 1]"),
     (["--mismatch-ratio", "0", "2"], "--mismatch-ratio must be > 0"),
-    (["--wavelength-ratio", "0.1"], "--wavelength-ratio times the mean aperture (8 pixels) must be >= 2 pixels"),
+    (
+        ["--wavelength-ratio", "0.1"],
+        "--wavelength-ratio times the mean aperture (8 pixels) must be >= 2 pixels",
+    ),
     (["--wavelength-ratio", "3"], "--wavelength-ratio must stay below mismatch_ratio (2-4)"),
     (["--special-every", "3"], "--special-every must be 0 (no exact cases) or an integer > 5"),
     (["--special-every", "0.5"], "argument --special-every: invalid int value: '0.5'"),
