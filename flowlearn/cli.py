@@ -81,16 +81,17 @@ def _run_generate(args: argparse.Namespace) -> int:
         foreign = sorted(
             name for name in _RECIPE_OPTIONS if getattr(args, name) is not None and name not in own
         )
-        for name in foreign:
+        if foreign:
             raise SettingError(
-                name, f"is not a setting of --recipe {args.recipe} (its settings: {', '.join(sorted(own))})"
+                foreign[0],
+                f"is not a setting of --recipe {args.recipe} (its settings: {', '.join(sorted(own))})",
             )
         given = {
             name: _one_or_pair(name, getattr(args, name))
             if name in recipe_class.ranged()
             else getattr(args, name)
             for name in own
-            if getattr(args, name, None) is not None
+            if getattr(args, name) is not None
         }
         recipe = recipe_class(**given)
         lbm = _from_options(LBMSettings, args)

@@ -182,8 +182,9 @@ def closed_fracture(params: ClosureParams) -> RoughFracture:
     gap = (u - v) / spread if spread > 0 else u - v  # unit rms
     # In units of the open mean aperture b₀ = 1, then closed by the quantile at the contact fraction.
     open_gap = 1.0 + params.aperture_std * gap
-    closure = float(np.quantile(open_gap, params.contact_fraction)) if params.contact_fraction > 0 else 0.0
-    if params.contact_fraction == 0:
+    if params.contact_fraction > 0:
+        closure = float(np.quantile(open_gap, params.contact_fraction))
+    else:
         # Walls that already overlap are pulled apart until they just do not.
         closure = min(0.0, float(open_gap.min()) - 1e-3)
     separation = open_gap - closure
