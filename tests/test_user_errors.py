@@ -485,8 +485,9 @@ def test_generate_slurm_without_sbatch_says_how_to_install_it(tmp_path, capsys, 
     assert os.listdir(tmp_path) == []
 
 
-def test_generate_slurm_without_a_controller_names_slurm_conf(tmp_path, capsys, monkeypatch):
-    # Where `python train.py -m hydra/launcher=slurm` had printed submitit's traceback of a failed sbatch.
+@pytest.fixture
+def no_controller(tmp_path, monkeypatch):
+    """SLURM_CONF set to a slurm.conf (in tmp_path) whose controller port nobody listens on."""
     if shutil.which("scontrol") is None or shutil.which("sbatch") is None:
         pytest.skip("SLURM's client commands are not installed (apt-get install slurm-client)")
     import socket
@@ -497,6 +498,10 @@ def test_generate_slurm_without_a_controller_names_slurm_conf(tmp_path, capsys, 
     conf = tmp_path / "slurm.conf"
     conf.write_text(f"ClusterName=nowhere\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort={port}\n")
     monkeypatch.setenv("SLURM_CONF", str(conf))
+    return conf
+
+
+def test_generate_slurm_without_a_controller_names_slurm_conf(tmp_path, capsys, monkeypatch, no_controller):
     status, err = _flowlearn(capsys, "generate", str(tmp_path / "out.h5"), "--quiet", "--slurm")
     _one_line(status, err, "--slurm: no SLURM controller answers `scontrol ping`", "SLURM_CONF", "slurmctld")
     assert sorted(os.listdir(tmp_path)) == ["slurm.conf"]
@@ -700,6 +705,20 @@ def test_a_local_sweep_records_its_failed_run_and_finishes_the_others(files, tmp
     report = _process("-m", "flowlearn.cli", "report", str(sweep))
     assert report.returncode == 1
     assert f"{sweep / '0'} failed: error: seed must be an integer >= 0, got 'abc'" in report.stderr
+
+
+def test_a_slurm_sweep_without_a_controller_submits_and_writes_nothing(files, tmp_path, no_controller):
+    # Where the sweep had written multirun.yaml, then printed submitit's 55-line traceback of a failed sbatch.
+    sweep = tmp_path / "sweep"
+    result = _process(
+        "train.py", "-m", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}", f"data.path={files['good']}",
+        "optimizer.lr=1e-3,3e-3",
+    )  # fmt: skip
+    _one_line(
+        result.returncode, result.stderr, "hydra/launcher=slurm: no SLURM controller answers `scontrol ping`",
+        "SLURM_CONF", "Nothing was submitted",
+    )  # fmt: skip
+    assert list(sweep.iterdir()) == []  # checked writable up front, then left empty: no multirun.yaml
 
 
 def test_train_py_with_an_unwritable_run_directory(files, tmp_path):

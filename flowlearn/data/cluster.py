@@ -228,20 +228,22 @@ class ArrayRecord:
             return None
 
 
-def check_cluster() -> None:
-    """Refuse (:class:`~flowlearn.errors.UnavailableError`, one line) a machine from which no job can be submitted:
-    SLURM's client commands are not on ``PATH``, ``SLURM_CONF`` names no file, or no controller answers
-    ``scontrol ping``."""
+def check_cluster(option: str = "--slurm") -> None:
+    """Refuse (:class:`~flowlearn.errors.UnavailableError`, one line that starts with ``option``, what asked for
+    SLURM) a machine from which no job can be submitted: SLURM's client commands are not on ``PATH``,
+    ``SLURM_CONF`` names no file, or no controller answers ``scontrol ping``."""
     missing = [name for name in CLIENTS if shutil.which(name) is None]
     if missing:
         raise UnavailableError(
-            f"--slurm needs SLURM's client commands on PATH, and {', '.join(missing)} "
+            f"{option} needs SLURM's client commands on PATH, and {', '.join(missing)} "
             f"{'is' if len(missing) == 1 else 'are'} not there: run on a login node of the cluster, or install "
             "them (apt-get install slurm-client, with the cluster's slurm.conf and munge key)"
         )
     conf = os.environ.get("SLURM_CONF")
     if conf and not Path(conf).is_file():
-        raise UnavailableError(f"--slurm: SLURM_CONF={conf} is no file; point it at the cluster's slurm.conf")
+        raise UnavailableError(
+            f"{option}: SLURM_CONF={conf} is no file; point it at the cluster's slurm.conf"
+        )
     try:
         ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
@@ -253,7 +255,7 @@ def check_cluster() -> None:
         fatal = [line for line in lines if "fatal" in line]
         answer = (fatal or lines or [f"exit status {ping.returncode}"])[0]
     raise UnavailableError(
-        f"--slurm: no SLURM controller answers `scontrol ping` ({answer}): set SLURM_CONF to the cluster's "
+        f"{option}: no SLURM controller answers `scontrol ping` ({answer}): set SLURM_CONF to the cluster's "
         f"slurm.conf{f' (now {conf})' if conf else ''}, or check that slurmctld is running"
     )
 

@@ -35,7 +35,8 @@ from hydra.types import HydraContext, TaskFunction
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from omegaconf import DictConfig, OmegaConf
 
-from flowlearn.errors import UserErrorExit
+from flowlearn.data.cluster import check_cluster
+from flowlearn.errors import UnavailableError, UserErrorExit
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,15 @@ class LocalLauncher(_RecordsFailures, submitit_launcher.LocalLauncher):
 class SlurmLauncher(_RecordsFailures, submitit_launcher.SlurmLauncher):
     """hydra-submitit-launcher's SLURM launcher, with failed runs recorded and rank-0 outputs (see the module
     docstring). Configured by ``configs/hydra/launcher/slurm.yaml``."""
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        """Refuse, in one line and before the sweep writes anything, a machine from which no job can be submitted
+        (:func:`~flowlearn.data.cluster.check_cluster`)."""
+        try:
+            check_cluster("hydra/launcher=slurm")
+        except UnavailableError as error:
+            raise CompactHydraException(f"{error}. Nothing was submitted.") from None
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def __call__(
         self,
