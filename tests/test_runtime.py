@@ -57,3 +57,48 @@ def test_freed_memory_is_reused_without_page_faults_unless_the_user_configured_m
 def test_openmp_threads_sleep_unless_the_user_chose_a_policy():
     assert _run()[1] == "PASSIVE"
     assert _run(OMP_WAIT_POLICY="ACTIVE")[1] == "ACTIVE"
+
+
+# Fills and frees a 256 MB array (which stays on the heap, resident, under flowlearn's settings), then counts solves
+# up to a trim; prints the RSS (MiB) after the free, one solve before the trim and after it.
+_TRIM = """
+import os
+import numpy as np
+import flowlearn.runtime as runtime
+
+def resident_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+block = np.empty(32_000_000)
+block[:] = 1.0
+del block
+freed = resident_mib()
+for _ in range(runtime.SOLVES_PER_TRIM - 1 - runtime._solves):
+    runtime.solve_done()
+before = resident_mib()
+runtime.solve_done()
+print(freed, before, resident_mib())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc's settings are glibc's")
+def test_freed_heap_pages_go_back_to_the_system_every_few_hundred_solves():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    out = subprocess.run([sys.executable, "-c", _TRIM], env=env, capture_output=True, text=True, check=True)
+    freed, before, after = map(float, out.stdout.split())
+    assert before > freed - 16  # kept resident until the trim...
+    assert after < before - 200  # ...and then most of the 244 MiB block is handed back
+
+
+def test_every_engine_solve_counts_towards_the_next_trim():
+    import torch
+
+    import flowlearn.runtime as runtime
+    from flowlearn import DarcyProblem, solve_pressure
+
+    problem = DarcyProblem.fracture((8, 8))
+    start = runtime._solves
+    log_k = torch.zeros(8, 8, dtype=torch.float64, requires_grad=True)
+    solve_pressure(log_k, problem).sum().backward()  # a forward and an adjoint solve
+    assert runtime._solves - start == 2

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from flowlearn.runtime import solve_done
+
 if TYPE_CHECKING:
     from flowlearn.darcy.problem import DarcyProblem
 
@@ -93,7 +95,9 @@ class Engine(ABC):
             role: What the solve is for (one of :data:`ROLES`).
         """
         with self._lock:
-            return self.solve(self.prepared(problem), log_k, heads, sources, role)
+            pressure = self.solve(self.prepared(problem), log_k, heads, sources, role)
+        solve_done()
+        return pressure
 
     @abstractmethod
     def prepare(self, problem: DarcyProblem) -> Any:
