@@ -21,8 +21,11 @@ Tables:
    SpMV-equivalents: its median time over that of one product of its matrix with a vector, the product flowlearn's
    CG uses (torch's CSR kernel, int32 indices, all threads), timed between the steps;
 5. one-off solves: the forward solve of a new field with a fresh engine and problem (the problem's set-up and the
-   ordering, factorisation or multigrid hierarchy included), against bare CHOLMOD (its default analysis, factorisation, solve), scipy's ``spsolve`` and
-   pyamg's Ruge-Stuben AMG as CG preconditioner (to a relative residual of 1e-10), from the assembled matrix.
+   ordering, factorisation or multigrid hierarchy included), against bare CHOLMOD (its default analysis,
+   factorisation, solve), scipy's ``spsolve`` and pyamg's Ruge-Stuben AMG as CG preconditioner (to a relative
+   residual of 1e-10), from the assembled matrix. Twice: in a fresh process (its imports excluded; flowlearn's
+   first solve also loads its compiled kernels), as ``flowlearn predict`` on one map, the fastest of three
+   processes, flowlearn and CHOLMOD only; and warm, in this process after the other tables, as in a loop.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import flowlearn  # noqa: F401
 import argparse
 import functools
 import json
+import math
 import resource
 import statistics
 import subprocess
@@ -163,28 +167,47 @@ class ProductClock:
             self.seconds.append(time.perf_counter() - start)
 
 
-def one_off(shape: tuple[int, int], repeats: int) -> dict:
-    """Fastest of ``repeats`` seconds of a forward solve of a new field by each method."""
+ONE_OFF_METHODS = ("flowlearn", "cholmod", "spsolve", "pyamg")
+
+
+def one_off_methods(shape: tuple[int, int], names: tuple[str, ...]) -> dict[str, Callable[[], object]]:
+    """The forward solve of a new field by each of ``names`` (:data:`ONE_OFF_METHODS`): flowlearn from the field
+    (a new problem and engine), the others from the assembled matrix, which is built here, untimed, only where one
+    of them is asked for (building it runs flowlearn's code, which would warm a fresh process for flowlearn)."""
     log_k = rough_log_k(shape)
-    methods = {}
+    methods = {"flowlearn": lambda: solve_pressure(log_k, DarcyProblem.fracture(shape), solver=make_engine())}
+    if set(names) - {"flowlearn"}:
+        _, matrix, rhs = assembled(log_k, DarcyProblem.fracture(shape))
+        methods["cholmod"] = lambda: cholmod.cholesky(matrix)(rhs)
+        methods["spsolve"] = lambda: spla.spsolve(matrix, rhs)
+        methods["pyamg"] = lambda: pyamg.ruge_stuben_solver(matrix.tocsr()).solve(rhs, tol=1e-10, accel="cg")
+    return {name: methods[name] for name in names}
 
-    def flowlearn_solve() -> None:
-        solve_pressure(log_k, DarcyProblem.fracture(shape), solver=make_engine())
 
-    _, matrix, rhs = assembled(log_k, DarcyProblem.fracture(shape))
-    methods["flowlearn"] = flowlearn_solve
-    methods["cholmod"] = lambda: cholmod.cholesky(matrix)(rhs)
-    methods["spsolve"] = lambda: spla.spsolve(matrix, rhs)
-    methods["pyamg"] = lambda: pyamg.ruge_stuben_solver(matrix.tocsr()).solve(rhs, tol=1e-10, accel="cg")
+def seconds_of(method: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    method()
+    return time.perf_counter() - start
+
+
+def one_off(shape: tuple[int, int], repeats: int) -> dict:
+    """Fastest of ``repeats`` seconds of a forward solve of a new field by each method, in this (warm) process."""
     result = {"grid": f"{shape[0]}x{shape[1]}"}
-    for name, method in methods.items():
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            method()
-            times.append(time.perf_counter() - start)
-        result[name] = min(times)
+    for name, method in one_off_methods(shape, ONE_OFF_METHODS).items():
+        result[name] = min(seconds_of(method) for _ in range(repeats))
     return result
+
+
+def fresh_one_off(name: str, method: str, repeats: int) -> float:
+    """Fastest of ``repeats`` seconds of the first one-off solve by ``method`` on grid ``name``, each in a fresh
+    process, its imports excluded: what ``flowlearn predict`` pays for one map."""
+    runs = [
+        subprocess.run(
+            [sys.executable, __file__, "--fresh", name, method], capture_output=True, text=True, check=True
+        )
+        for _ in range(repeats)
+    ]
+    return min(float(run.stdout) for run in runs)
 
 
 def triangular_solves(shape: tuple[int, int], repeats: int = 15) -> dict:
@@ -279,9 +302,14 @@ def main() -> None:
     parser.add_argument("--skip-solves", action="store_true", help="skip the triangular-solve table")
     parser.add_argument("--skip-training", action="store_true", help="skip the training-loop table")
     parser.add_argument("--skip-one-off", action="store_true", help="skip the one-off solve table")
+    parser.add_argument("--fresh", nargs=2, metavar=("GRID", "METHOD"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one_grid(args.one, repeats=3 if args.one in ("64", "256", "512") else 1)))
+        return
+    if args.fresh:  # a fresh process of fresh_one_off: one timed solve after the imports
+        grid, method = args.fresh
+        print(seconds_of(one_off_methods(GRIDS[grid], (method,))[method]))
         return
 
     print(f"torch {torch.__version__}, solver {make_engine().name}, {torch.get_num_threads()} threads")
@@ -379,20 +407,26 @@ def main() -> None:
     if not args.skip_one_off:
         header(
             "grid",
+            "process",
             "flowlearn (s)",
             "CHOLMOD (s)",
             "spsolve (s)",
             "pyamg RS-PCG (s)",
+            "flowlearn vs CHOLMOD",
             "flowlearn vs the best other",
         )
-        for shape, repeats in [((256, 260), 3), ((1024, 1024), 1)]:
-            r = one_off(shape, repeats)
-            best = min(r["cholmod"], r["spsolve"], r["pyamg"])
-            row(
-                r["grid"],
-                *(f"{r[name]:.3f}" for name in ("flowlearn", "cholmod", "spsolve", "pyamg")),
-                f"{best / r['flowlearn']:.2f}x",
-            )
+        for name, repeats in [("256", 3), ("1024", 1)]:
+            warm = one_off(GRIDS[name], repeats)
+            fresh = {method: fresh_one_off(name, method, 3) for method in ("flowlearn", "cholmod")}
+            for process, r in (("fresh", fresh), ("warm", warm)):
+                best = min(r.get(method, math.inf) for method in ONE_OFF_METHODS[1:])
+                row(
+                    warm["grid"],
+                    process,
+                    *(f"{r[method]:.3f}" if method in r else "" for method in ONE_OFF_METHODS),
+                    f"{r['cholmod'] / r['flowlearn']:.2f}x",
+                    f"{best / r['flowlearn']:.2f}x",
+                )
 
 
 def header(*columns: str) -> None:
