@@ -156,3 +156,15 @@ def test_the_winding_recipe_reproduces_the_example_dataset():
         walls = config.walls(index)
         np.testing.assert_allclose(walls.bottom * config.voxel_size, fracture.bottom, rtol=1e-6, atol=1e-12)
         np.testing.assert_allclose(walls.top * config.voxel_size, fracture.top, rtol=1e-6, atol=1e-12)
+
+
+def test_the_convergence_study_as_generated_takes_the_example_dataset_walls():
+    """`python -m flowlearn.data.convergence --as-generated --shape 64 64 --index I` studies data/fractures.h5's
+    fracture I itself (its README's resolution figures are of fracture_095)."""
+    from flowlearn.data.convergence import study_walls
+
+    for fracture in read_fractures(EXAMPLE)[:2]:
+        walls = study_walls(fracture.provenance["dataset"]["index"], (64, 64), 8.0, as_generated=True)
+        voxel = fracture.voxel_size
+        np.testing.assert_allclose(walls.bottom * voxel, fracture.bottom, rtol=1e-6, atol=1e-12)
+        np.testing.assert_allclose(walls.top * voxel, fracture.top, rtol=1e-6, atol=1e-12)

@@ -511,6 +511,24 @@ def test_generate_slurm_without_a_controller_names_slurm_conf(tmp_path, capsys, 
     assert sorted(os.listdir(tmp_path)) == ["slurm.conf"]
 
 
+def test_convergence_study_of_walls_too_long_for_the_map(capsys):
+    from flowlearn.data.convergence import main as convergence
+
+    with pytest.raises(SystemExit) as stop:
+        convergence(["--as-generated", "--shape", "24", "24"])
+    err = capsys.readouterr().err
+    # argparse's usage, then the one line of the error
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .endswith(
+            "error: shape is too small for wavelength_ratio up to 6 mean apertures of 8 pixels: the longest side must "
+            "exceed 48 pixels (or lower wavelength_ratio), got (24, 24)"
+        )
+    )
+
+
 # {name}: a file of the `files` fixture, {run}: a fake run directory, {tmp}: a fresh folder.
 COMMAND_ROWS = [
     (["convert", "{tmp}/missing.h5", "{tmp}/out.h5"], "{tmp}/missing.h5: no such file"),

@@ -125,8 +125,25 @@ def differences(runs: list[Resolution]) -> list[dict[str, float]]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def study_walls(
+    index: int, shape: tuple[int, int], mean_aperture: float, as_generated: bool
+) -> RoughFracture:
+    """The walls of the study: fracture ``index`` of the winding recipe with the example dataset's seed (0), either
+    exactly as the dataset drew them (``as_generated``: the recipe at its defaults; on 64x64 maps at 8 voxels,
+    ``data/fractures.h5``'s fracture) or with the shortest wavelength kept below a 24-pixel map's side.
+
+    Raises:
+        SettingError: the recipe's wavelengths do not fit maps of ``shape``.
+    """
     from flowlearn.data.recipes import Winding
+
+    recipe = Winding() if as_generated else Winding(wavelength_ratio=(1.0, 2.9))
+    recipe.check(shape, mean_aperture)
+    return recipe.walls(shape, mean_aperture, 0, index)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from flowlearn.errors import SettingError
 
     parser = argparse.ArgumentParser(
         prog="python -m flowlearn.data.convergence",
@@ -137,11 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 3], help="refinements, ascending")
     parser.add_argument("--mean-aperture", type=float, default=8.0, help="voxels across the mean gap at 1x")
     parser.add_argument("--threads", type=int, default=None, help="OpenMP threads")
-    args = parser.parse_args(argv)
-    # The example dataset's draws (seed 0), with the shortest wavelength kept below a 24-pixel map's side.
-    fracture = Winding(wavelength_ratio=(1.0, 2.9)).walls(
-        tuple(args.shape), args.mean_aperture, 0, args.index
+    parser.add_argument(
+        "--as-generated",
+        action="store_true",
+        help="the walls exactly as the example dataset drew them (with --shape 64 64: data/fractures.h5's fracture "
+        "INDEX); by default the shortest wavelength is kept below a 24-pixel map's side",
     )
+    args = parser.parse_args(argv)
+    try:
+        fracture = study_walls(args.index, tuple(args.shape), args.mean_aperture, args.as_generated)
+    except SettingError as error:
+        parser.error(str(error))
     runs = grid_convergence(fracture, tuple(args.factors), LBMSettings(threads=args.threads))
     print(json.dumps({"roughness": fracture.params.to_dict(), "runs": differences(runs)}, indent=2))
     return 0
