@@ -199,13 +199,10 @@ def test_ddp_over_two_slurm_tasks_matches_one_process(cluster, dataset, tmp_path
     ]  # fmt: skip
 
 
-def test_tasks_that_do_not_match_the_devices_are_refused_before_submission(tmp_path):
-    # Needs no cluster: the launcher checks every run's config before it calls sbatch.
-    command = [
-        sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path}",
-        "hydra.launcher.tasks_per_node=2", "trainer=ddp", "trainer.devices=2,1",
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+def test_tasks_that_do_not_match_the_devices_are_refused_before_submission(cluster, tmp_path):
+    # A controller answers (the launcher checks that first), and the launcher checks every run's config before it
+    # calls sbatch.
+    result = sweep(cluster, tmp_path, "hydra.launcher.tasks_per_node=2", "trainer=ddp", "trainer.devices=2,1")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert (
         "run #1 has trainer.devices=1 but hydra.launcher.tasks_per_node=2. Nothing was submitted."
