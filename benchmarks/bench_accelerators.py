@@ -5,7 +5,8 @@ the fallback a pip-only install uses.
 
 Side by side in one run, on the benchmarks' rough fracture (fields.py): a training-like loop (each step perturbs
 log K by ~1e-3 relative, then forward and gradient; median and mean per step, the mean with the steps that
-refactor) and a one-off forward solve with a fresh engine and problem, at 256x260 and 1024x1024. Prints a markdown
+refactor) and a one-off forward solve with a fresh engine and problem, in this process after the loops (warm:
+``bench_solve.py`` times a fresh process's first one-off too), at 256x260 and 1024x1024. Prints a markdown
 table with the SuperLU/CHOLMOD ratio of each (above 1: CHOLMOD is faster). Needs scikit-sparse.
 """
 
@@ -57,7 +58,7 @@ def main() -> None:
         *(f"{e} step, median (ms)" for e in ENGINES),
         *(f"{e} step, mean (ms)" for e in ENGINES),
         "step ratio (median)",
-        *(f"{e} one-off (ms)" for e in ENGINES),
+        *(f"{e} one-off, warm (ms)" for e in ENGINES),
         "one-off ratio",
     )
     for shape in SHAPES:
