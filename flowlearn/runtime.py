@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -19,7 +20,7 @@ _KEEP_BYTES = 2**31 - 1
 _MALLOC_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
 
 
-def _keep_freed_memory() -> None:
+def _keep_freed_memory() -> Callable[[int], int] | None:
     """Let glibc's malloc keep the memory a solve frees, for the next solve to reuse.
 
     By default glibc maps the blocks above a threshold (128 KiB, raised to at most 32 MiB as such blocks are freed)
@@ -35,31 +36,29 @@ def _keep_freed_memory() -> None:
     their pages in once more, a cost spread over those solves.
 
     Skipped where the user configured malloc (``MALLOC_*_`` variables, ``GLIBC_TUNABLES`` with ``glibc.malloc``)
-    and off glibc (macOS, musl, Windows)."""
+    and off glibc (macOS, musl, Windows). Returns glibc's ``malloc_trim`` where it made the settings, else None."""
     if any(name in os.environ for name in _MALLOC_VARIABLES) or "glibc.malloc" in os.environ.get(
         "GLIBC_TUNABLES", ""
     ):
-        return
+        return None
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION"):  # "glibc 2.36" on glibc
-            return
+            return None
     except (AttributeError, ValueError, OSError):  # no confstr, or no such name
-        return
+        return None
     libc = ctypes.CDLL(None)
     mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     mallopt(_M_MMAP_MAX, 0)
     mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)
-    global _malloc_trim
-    _malloc_trim = libc.malloc_trim
-    _malloc_trim.argtypes, _malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim = libc.malloc_trim
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
 
 
-# Solves between two returns of the heap's free pages (:func:`solve_done`): at 256x260 a trim costs about 3 ms and
-# the pages the next steps fault in again about as much, against 200 solves of 15-30 ms each.
+# Solves between two returns of the heap's free pages (:func:`solve_done`). A training-like loop at 256x260 (2,000
+# steps, a trim every 100) spent 0.28 s in its 20 trims, 14 ms each, and ran 65-68 s against 63-66 s without.
 SOLVES_PER_TRIM = 200
-# glibc's malloc_trim where flowlearn set malloc up (:func:`_keep_freed_memory`), else None.
-_malloc_trim = None
 _solves = 0
 
 
@@ -77,4 +76,5 @@ def solve_done() -> None:
 # threads need a moment later (a training step at 256x260 ran 2-3x slower on a 2-core machine when this was set;
 # docs/solve.md, "Threads", has the current figures). Sleeping idle threads avoid that.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-_keep_freed_memory()
+# glibc's malloc_trim where flowlearn set malloc up, else None.
+_malloc_trim = _keep_freed_memory()
