@@ -43,7 +43,8 @@ from fields import loss_of, rough_log_k
 from flowlearn import DarcyProblem, solve_pressure
 from flowlearn.data import lbm
 from flowlearn.data.generate import DatasetConfig, generate_fracture
-from flowlearn.data.lbm import DEPTH_QUANTUM, voxelize
+from flowlearn.data.lbm import DEPTH_QUANTUM
+from flowlearn.data.voxels import voxelize
 from flowlearn.engines import make_engine
 from flowlearn.engines.gpu import GPUEngine
 from flowlearn.errors import ConvergenceError, GPUUnavailableError

@@ -85,8 +85,9 @@ class ForeignDerivativeError(RuntimeError):
     pushforward)."""
 
 
-class LBMConvergenceError(RuntimeError):
-    """The LBM run reached ``max_steps`` before its steady-state criterion was met."""
+class ReferenceConvergenceError(RuntimeError):
+    """A reference simulation (the LBM, the Stokes solve) reached its step limit before its steady-state criterion
+    was met."""
 
 
 # Exit status of a user's mistake (an error in USER_ERRORS), in `python train.py` and every `flowlearn` command,

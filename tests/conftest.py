@@ -41,6 +41,18 @@ def example_fracture() -> tuple[np.ndarray, np.ndarray]:
     return aperture, pressure
 
 
+def require_openfoam() -> None:
+    """Skip the calling test (or module) where OpenFOAM's tools are not on PATH; the reason says how to install."""
+    from flowlearn.data.stokes import TOOLS
+
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(
+            f"OpenFOAM is not installed ({', '.join(missing)} not on PATH): apt-get install openfoam",
+            allow_module_level=True,
+        )
+
+
 def require_lbm() -> None:
     """Skip the calling test (or, at module level, module) where an LBM run cannot: without lbmpy, or without the
     C++ compiler its CPU kernels are built with; the reason names what to install."""

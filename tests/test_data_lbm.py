@@ -9,15 +9,11 @@ import pytest
 from conftest import require_lbm
 
 from flowlearn.data.generate import generate_fracture
-from flowlearn.data.lbm import (
-    LBMConvergenceError,
-    LBMSettings,
-    simulate,
-    voxelize,
-    voxelize_aperture,
-)
+from flowlearn.data.lbm import LBMSettings, simulate
 from flowlearn.data.roughness import RoughnessParams, rough_fracture
 from flowlearn.data.schema import read_fracture, validate_fracture, write_fractures
+from flowlearn.data.voxels import voxelize, voxelize_aperture
+from flowlearn.errors import ReferenceConvergenceError
 
 require_lbm()
 
@@ -123,7 +119,7 @@ def test_no_path_from_inlet_to_outlet_is_rejected():
 def test_unconverged_run_raises_with_the_residual():
     fluid = voxelize_aperture(np.full((H, W), 3.0))
     with pytest.raises(
-        LBMConvergenceError, match=r"not steady after 201 steps: relative change of the flow rate"
+        ReferenceConvergenceError, match=r"not steady after 201 steps: relative change of the flow rate"
     ):
         simulate(fluid, LBMSettings(tolerance=1e-14, max_steps=200, threads=SETTINGS.threads), progress=False)
 

@@ -14,7 +14,8 @@ import pytest
 from conftest import require_lbm
 
 from flowlearn.data.generate import DatasetConfig
-from flowlearn.data.lbm import LBMSettings, flux_weighted_average, simulate, voxelize, voxelize_aperture
+from flowlearn.data.lbm import LBMSettings, simulate
+from flowlearn.data.voxels import flux_weighted_average, voxelize, voxelize_aperture
 
 require_lbm()
 

@@ -47,6 +47,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
     made = {name: base / f"{name}.h5" for name in ("folder", "empty", "text", "truncated", "corrupt")}
     made["good"] = good
     made["folder"].mkdir()
+    made["cases"] = base / "cases"
+    (made["cases"] / "f0").mkdir(parents=True)  # a case folder left by an earlier `flowlearn stokes`
     made["empty"].write_bytes(b"")
     made["text"].write_text("aperture,pressure\n1,2\n")
     data = good.read_bytes()
@@ -67,6 +69,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
             for name, values in (("aperture", [[1e-4, 1e-4]]), ("pressure", [[2.0, 1.0]])):
                 del group[name]
                 group[name] = np.array(values)
+    with h5py.File(made.setdefault("original", base / "original.h5"), "w") as f:
+        f.create_dataset("fracture_1/aperture_field", data=np.full((1, 1, 6, 8), 0.5))
     with h5py.File(made.setdefault("no_groups", base / "no_groups.h5"), "w") as f:
         f.attrs["schema"], f.attrs["schema_version"] = "flowlearn-fractures", 1
     with h5py.File(made.setdefault("version", base / "version.h5"), "w") as f:
@@ -84,6 +88,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
         # Walls the wrong way round; walls 0.8e-4 apart about an aperture of 1e-4 (two voxels off).
         "swapped_walls": lambda g: _add_walls(g, 5e-5, -5e-5),
         "wall_gap": lambda g: _add_walls(g, -5e-5, 3e-5),
+        # Walls that touch all across column 4: no path from the inlet to the outlet.
+        "blocked": lambda g: g["aperture"].__setitem__((slice(None), 4), 0.0),
     }.items():
         made[name] = base / f"{name}.h5"
         shutil.copy(good, made[name])
@@ -582,6 +588,29 @@ COMMAND_ROWS = [
     (["check", "{good}", "--margin", "two"], "argument --margin: invalid int value: 'two'"),
     (["check", "{good}", "--tolerance", "0"], "argument --tolerance: must be a number > 0, got 0"),
     (["check", "{good}", "--tolerance", "nan"], "argument --tolerance: must be a number > 0, got nan"),
+    (["stokes"], "the following arguments are required: data"),
+    (["stokes", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
+    (
+        ["stokes", "{good}", "--fracture", "f9"],
+        "--fracture names no fracture of {good}: 'f9' (it has f0, f1, f2, f3)",
+    ),
+    (["stokes", "{good}", "--cells-per-voxel", "0"], "--cells-per-voxel must be an integer >= 1, got 0"),
+    (["stokes", "{good}", "--reservoir", "-1"], "--reservoir must be an integer >= 0, got -1"),
+    (["stokes", "{good}", "--tolerance", "1"], "--tolerance must be in (0, 1), got 1"),
+    (["stokes", "{good}", "--max-iterations", "0"], "--max-iterations must be an integer >= 1, got 0"),
+    (["stokes", "{good}", "--processes", "0"], "--processes must be an integer >= 1, got 0"),
+    (["stokes", "{good}", "--voxel-size", "0"], "argument --voxel-size: must be a number > 0, got 0"),
+    (["stokes", "{blocked}"], "{blocked}, f2: no fluid path joins the inlet column to the outlet column"),
+    (
+        ["stokes", "{good}", "--voxel-size", "1e-10"],
+        "{good}, f0: the Stokes mesh of this 6x8x1000000-voxel box at 1 cells per voxel needs about",
+    ),
+    (
+        ["stokes", "{original}"],
+        "{original}, fracture_1: fracture 'fracture_1': its voxel size is unknown (or not > 0: nan)",
+    ),
+    (["stokes", "{good}", "--case-dir", "{cases}"], "{cases}/f0: exists already; give a new folder"),
+    (["stokes", "{good}", "--output", "{folder}"], "{folder}: is a directory; give a file name to write"),
 ]
 
 

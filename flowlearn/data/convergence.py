@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowlearn.data.lbm import LBMResult, LBMSettings, simulate, voxelize
+from flowlearn.data.lbm import LBMResult, LBMSettings, simulate
 from flowlearn.data.roughness import RoughFracture, refine
+from flowlearn.data.voxels import voxelize
 
 
 @dataclass(frozen=True)

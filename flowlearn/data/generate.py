@@ -27,10 +27,11 @@ from tqdm.auto import tqdm
 from flowlearn.checks import available_memory, check_map_shape, check_setting, is_integer, is_number
 from flowlearn.data.convergence import refinement_change
 from flowlearn.data.departure import lcl_flow_rate
-from flowlearn.data.lbm import LBMSettings, least_box_bytes, library_versions, pick_target, simulate, voxelize
+from flowlearn.data.lbm import LBMSettings, least_box_bytes, library_versions, pick_target, simulate
 from flowlearn.data.recipes import Published, Recipe
 from flowlearn.data.roughness import RoughFracture, geometry_stats
 from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture, atomic_path, read_fracture, write_fractures
+from flowlearn.data.voxels import voxelize
 from flowlearn.errors import ProblemError, SettingError
 
 

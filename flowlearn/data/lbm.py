@@ -37,11 +37,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import ndimage
 from tqdm.auto import tqdm
 
 from flowlearn.checks import check_setting, is_integer, is_number
-from flowlearn.errors import LBMConvergenceError, ProblemError, UnavailableError
+from flowlearn.data.voxels import active_cells, add_reservoirs, gap_pressure
+from flowlearn.errors import ReferenceConvergenceError, UnavailableError
 
 CS2 = 1.0 / 3.0  # squared lattice speed of sound: p = cs² ρ in lattice units
 
@@ -58,7 +58,7 @@ class LBMSettings:
         tolerance: steady state when the relative change of the outlet flow rate over ``check_interval`` steps is
             below.
         check_interval: steps between convergence checks.
-        max_steps: the run fails with :class:`LBMConvergenceError` when not steady after this many steps.
+        max_steps: the run fails with :class:`ReferenceConvergenceError` when not steady after this many steps.
         target: "cpu", "gpu" or "auto" (GPU when cupy sees a CUDA device).
         threads: OpenMP threads on the CPU; None uses every core.
         reservoir: columns of open fluid (the full depth of the box) added before the inlet and after the
@@ -206,47 +206,6 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def voxelize(bottom: np.ndarray, top: np.ndarray) -> np.ndarray:
-    """Fluid voxels between two walls: bool (H, W, D), True where bottom <= z-centre < top.
-
-    ``bottom`` and ``top`` are float (H, W) wall heights in voxels; D spans the lowest bottom to the highest top.
-    """
-    if bottom.shape != top.shape or bottom.ndim != 2:
-        raise ValueError(f"bottom and top must be equal 2D shapes, got {bottom.shape} and {top.shape}")
-    z0 = math.floor(float(bottom.min()))
-    depth = max(math.ceil(float(top.max())) - z0, 1)
-    centres = z0 + np.arange(depth) + 0.5
-    return (bottom[..., None] <= centres) & (centres < top[..., None])
-
-
-def flux_weighted_average(values: np.ndarray, weights: np.ndarray, fluid: np.ndarray) -> np.ndarray:
-    """Average of ``values`` over the fluid voxels of the last axis, weighted by ``weights``.
-
-    ``values`` and ``weights`` are float (..., D), ``fluid`` bool (..., D). Where the weights of the fluid voxels
-    sum to 0 (a column without flow) the plain mean over its fluid voxels is used; NaN where it has none.
-    Returns float64 (...): the gap average of the pressure when ``weights`` is the local flux.
-    """
-    weights = np.where(fluid, weights, 0.0)
-    total = weights.sum(axis=-1)
-    count = fluid.sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        weighted = (np.where(fluid, values, 0.0) * weights).sum(axis=-1) / total
-        plain = np.where(fluid, values, 0.0).sum(axis=-1) / count
-    return np.where(total > 0, weighted, np.where(count > 0, plain, np.nan))
-
-
-def voxelize_aperture(aperture: np.ndarray) -> np.ndarray:
-    """Fluid voxels of a gap centred on a flat mid-plane: bool (H, W, D) for a float (H, W) aperture in voxels."""
-    return voxelize(-0.5 * aperture, 0.5 * aperture)
-
-
-def _connected_to_faces(fluid2d: np.ndarray) -> np.ndarray:
-    """Cells of ``fluid2d`` (H, W) in a 4-connected component that touches column 0 or column W-1."""
-    labels, _ = ndimage.label(fluid2d)
-    keep = np.union1d(labels[:, 0], labels[:, -1])
-    return np.isin(labels, keep[keep > 0])
-
-
 # pystencils compiles the LBM's CPU kernels with the first of these on PATH.
 CXX_COMPILERS = ("g++", "clang++")
 
@@ -388,26 +347,20 @@ def _load(step, fluid: np.ndarray, settings: LBMSettings) -> None:
 def simulate(fluid: np.ndarray, settings: LBMSettings | None = None, progress: bool = True) -> LBMResult:
     """Run pressure-driven flow through the fluid voxels ``fluid`` (bool (H, W, D)) to steady state.
 
-    Raises :class:`LBMConvergenceError` if the steady-state criterion is not met within ``settings.max_steps``,
+    Raises :class:`ReferenceConvergenceError` if the steady-state criterion is not met within ``settings.max_steps``,
     :class:`ProblemError` if no fluid path joins the inlet (column 0) to the outlet (column W-1), and
     :class:`UnavailableError` for target "gpu" without a CUDA device.
     """
     settings = settings or LBMSettings()
     if fluid.ndim != 3 or fluid.dtype != bool:
         raise ValueError(f"fluid must be a bool (H, W, D) array, got {fluid.dtype} {fluid.shape}")
-    aperture = fluid.sum(axis=2)
-    active = _connected_to_faces(aperture > 0)
-    labels, _ = ndimage.label(active)
-    if not np.intersect1d(labels[:, 0], labels[:, -1]).any():
-        raise ProblemError("no fluid path joins the inlet column to the outlet column; nothing would flow")
+    active = active_cells(fluid)
     device = pick_target(settings.target)
     n = settings.reservoir
     height = fluid.shape[0]
     extra_depth = -fluid.shape[2] % DEPTH_QUANTUM
-    padded = np.pad(fluid, ((0, 0), (n, n), (0, extra_depth)), constant_values=False)
-    open_depth = np.arange(padded.shape[2]) < fluid.shape[2]
-    padded[:, :n] = open_depth
-    padded[:, padded.shape[1] - n :] = open_depth
+    # Solid below the depth of the map, so that boxes share a few depths; the reservoirs stay open to it.
+    padded = np.pad(add_reservoirs(fluid, n), ((0, 0), (0, 0), (0, extra_depth)), constant_values=False)
     # The mirror image in y, periodic: both y faces become planes of symmetry. Rows [0, H) are the fracture.
     mirrored = np.concatenate([padded, padded[::-1]], axis=0)
     step = _step_for(mirrored.shape, settings, device)
@@ -443,7 +396,7 @@ def simulate(fluid: np.ndarray, settings: LBMSettings | None = None, progress: b
     steps = int(step.time_steps_run)
     timed_steps = steps - 1
     if not converged:
-        raise LBMConvergenceError(
+        raise ReferenceConvergenceError(
             f"LBM not steady after {steps} steps: relative change of the flow rate {residual:.3e} over "
             f"{settings.check_interval} steps, tolerance {settings.tolerance:.1e}"
         )
@@ -456,24 +409,21 @@ def simulate(fluid: np.ndarray, settings: LBMSettings | None = None, progress: b
     ux = velocity[..., 0]
     # lbmpy's axes are (x, y, z): the in-plane speed is that of (u_x, u_y).
     speed = np.hypot(ux, velocity[..., 1])
-    p_lattice = flux_weighted_average(CS2 * rho, speed, fluid_inside).T
-    p_lattice = np.where(active, p_lattice, np.nan)
+    gap = gap_pressure(
+        CS2 * rho.transpose(1, 0, 2), speed.transpose(1, 0, 2), fluid_inside.transpose(1, 0, 2), active
+    )
     flux = ux.sum(axis=2).T
-    p_in = float(np.nanmean(p_lattice[:, 0]))
-    p_out = float(np.nanmean(p_lattice[:, -1]))
     column_flux = flux.sum(axis=0)
     flow_rate = float(column_flux[-1])
-    placeholder = np.broadcast_to(2.0 - np.arange(width) / (width - 1), aperture.shape)
-    pressure = np.where(active, 1.0 + (p_lattice - p_out) / (p_in - p_out), placeholder)
     return LBMResult(
-        pressure=pressure,
-        pressure_lattice=p_lattice,
+        pressure=gap.pressure,
+        pressure_lattice=gap.raw,
         flux=flux,
         velocity=ux.transpose(1, 0, 2)[..., : fluid.shape[2]],
-        aperture=aperture.astype(np.int64),
+        aperture=fluid.sum(axis=2).astype(np.int64),
         active=active,
         flow_rate=flow_rate,
-        conductance=flow_rate * settings.viscosity / (p_in - p_out),
+        conductance=flow_rate * settings.viscosity / (gap.inlet - gap.outlet),
         flux_imbalance=float(np.ptp(column_flux) / column_flux.mean()),
         steps=steps,
         converged=converged,

@@ -26,9 +26,10 @@ import torch
 from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
-from flowlearn.data.lbm import LBMSettings, simulate, voxelize
+from flowlearn.data.lbm import LBMSettings, simulate
 from flowlearn.data.roughness import WALL_PLACEMENTS, place_walls
 from flowlearn.data.schema import read_fractures
+from flowlearn.data.voxels import voxelize
 
 # The self-affine mid-surface's settings: the middle of the default dataset's ranges, not fitted to any map.
 MID_SURFACE_HURST = 0.7

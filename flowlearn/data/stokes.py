@@ -1,0 +1,534 @@
+"""An independent Stokes solve of a voxelised fracture with OpenFOAM, to check the LBM reference against.
+
+The finite-volume mesh is the LBM's box (:mod:`flowlearn.data.voxels`): every fluid voxel, and the open reservoirs
+before and after the map, split into r x r x r hexahedral cells (``cells_per_voxel``). OpenFOAM's own tools build
+it: ``blockMesh`` meshes the whole box, ``subsetMesh`` keeps the fluid cells, and the faces it exposes become the
+no-slip walls. The boundary conditions are the LBM's:
+
+* fixed pressures p_in and 0 on the far faces of the inlet and outlet reservoirs, zero velocity gradient there;
+* planes of symmetry at the box's two y faces;
+* no slip on the fracture's walls and on the box's z faces.
+
+``simpleFoam`` (laminar, SIMPLEC) solves the steady incompressible Navier-Stokes equations
+
+    ∇·u = 0,    (u·∇)u = -∇p + ν ∇²u,
+
+with p the kinematic pressure, at a Reynolds number of about 1e-3 (p_in / ν² = 0.01), where they are Stokes'
+equations. Lengths are in voxels. The solve is steady when the normalised initial residuals of p and u fall below
+``tolerance``.
+
+Its result is measured as the LBM's (:func:`~flowlearn.data.voxels.gap_pressure`): the flux-weighted gap-averaged
+pressure of each voxel column (over the r x r x rD cells it holds), normalised to 2 at the inlet and 1 at the outlet
+column, and the conductance Q ν / (p_in - p_out) in voxels³, with Q the flow through the outlet face.
+
+On plates b voxels apart the scheme's flux is G b³ / (12 ν) (1 + 2 / (r b)²) for a pressure gradient G: second
+order in the cell size, so two refinements extrapolate to the exact value (:func:`extrapolate`).
+
+OpenFOAM is not a Python package: ``apt-get install openfoam`` on Debian and Ubuntu installs its tools on PATH
+(``openfoam`` 1912 on Debian 12).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from flowlearn.checks import available_memory, check_setting, is_integer, is_number
+from flowlearn.data.schema import Fracture
+from flowlearn.data.voxels import GapPressure, active_cells, add_reservoirs, fracture_voxels, gap_pressure
+from flowlearn.errors import OutputError, ProblemError, ReferenceConvergenceError, UnavailableError
+
+# The OpenFOAM tools the solve runs, in order.
+TOOLS = ("blockMesh", "subsetMesh", "simpleFoam")
+# Where Debian's package keeps OpenFOAM's etc/ (its default dictionaries); the tools find it through
+# WM_PROJECT_DIR, which only sourcing OpenFOAM's bashrc would set.
+DEBIAN_PROJECT_DIR = "/usr/share/openfoam"
+# Kinematic viscosity and inlet pressure, voxels²/s and voxels²/s²: p_in / ν² = 0.01 keeps the Reynolds number of a
+# gap of tens of voxels near 1e-3 (Stokes flow), as the LBM's density drop does.
+VISCOSITY = 1.0
+INLET_PRESSURE = 0.01
+# Peak memory of the meshing (blockMesh holds the whole box, fluid and solid) and of simpleFoam, per cell, bytes:
+# measured about 1.4 kB per box cell for blockMesh on boxes of 0.1-1 million cells, and 2.5 kB per fluid cell for
+# simpleFoam; with a margin.
+BYTES_PER_BOX_CELL = 2_000
+BYTES_PER_FLUID_CELL = 4_000
+
+
+@dataclass(frozen=True)
+class StokesSettings:
+    """Numerical settings of a Stokes solve.
+
+    Attributes:
+        cells_per_voxel: r, finite-volume cells along each side of a voxel (r³ cells per voxel).
+        reservoir: open columns (the box's full depth) before the inlet and after the outlet, as the LBM's.
+        tolerance: steady when the normalised initial residuals of p and u are below.
+        max_iterations: SIMPLE iterations after which an unsteady solve fails.
+        processes: MPI processes (``mpirun -np``; 1: serial, no MPI).
+    """
+
+    cells_per_voxel: int = 1
+    reservoir: int = 4
+    tolerance: float = 1e-8
+    max_iterations: int = 20_000
+    processes: int = 1
+
+    def __post_init__(self) -> None:
+        check_setting(
+            is_integer(self.cells_per_voxel) and self.cells_per_voxel >= 1,
+            "cells_per_voxel",
+            "must be an integer >= 1",
+            self.cells_per_voxel,
+        )
+        check_setting(
+            is_integer(self.reservoir) and self.reservoir >= 0,
+            "reservoir",
+            "must be an integer >= 0",
+            self.reservoir,
+        )
+        check_setting(
+            is_number(self.tolerance) and 0 < self.tolerance < 1,
+            "tolerance",
+            "must be in (0, 1)",
+            self.tolerance,
+        )
+        check_setting(
+            is_integer(self.max_iterations) and self.max_iterations >= 1,
+            "max_iterations",
+            "must be an integer >= 1",
+            self.max_iterations,
+        )
+        check_setting(
+            is_integer(self.processes) and self.processes >= 1,
+            "processes",
+            "must be an integer >= 1",
+            self.processes,
+        )
+
+
+@dataclass(frozen=True)
+class StokesResult:
+    """Outcome of a Stokes solve, in the LBM's convention (:class:`~flowlearn.data.lbm.LBMResult`).
+
+    Attributes:
+        pressure: float64 (H, W), flux-weighted gap-averaged pressure normalised to inlet 2 and outlet 1; inactive
+            cells hold the placeholder 2 - c/(W-1).
+        pressure_kinematic: float64 (H, W), the same before normalising, voxels²/s² (NaN where inactive).
+        flux: float64 (H, W), depth-integrated flux along x per unit width, voxels²/s.
+        aperture: int64 (H, W), fluid voxels per column.
+        active: bool (H, W), cells with fluid joined to the inlet or outlet column.
+        flow_rate: Q, the flow through the outlet face, voxels³/s.
+        conductance: Q ν / (p_in - p_out), voxels³, p_in and p_out the means of ``pressure_kinematic`` over the
+            active cells of the first and last columns.
+        flux_imbalance: |Q_in - Q_out| / Q_out between the inlet and outlet faces: 0 at a steady state.
+        iterations: SIMPLE iterations run.
+        cells: finite-volume cells of the mesh.
+        openfoam: the build of OpenFOAM that solved, as its tools print it ("OPENFOAM=1912 patch=200626").
+        seconds: wall time of the meshing and the solve.
+    """
+
+    pressure: np.ndarray
+    pressure_kinematic: np.ndarray
+    flux: np.ndarray
+    aperture: np.ndarray
+    active: np.ndarray
+    flow_rate: float
+    conductance: float
+    flux_imbalance: float
+    iterations: int
+    cells: int
+    openfoam: str
+    seconds: float
+
+    def provenance(self, settings: StokesSettings) -> dict[str, Any]:
+        """JSON-ready record of the method, settings and convergence."""
+        return {
+            "stokes": {
+                "library": f"OpenFOAM ({self.openfoam})",
+                "method": "simpleFoam (laminar, SIMPLEC) on the fluid voxels split into r³ hexahedra; "
+                "fixed-pressure reservoirs, symmetry planes in y, no-slip walls",
+                "settings": asdict(settings),
+                "iterations": self.iterations,
+                "cells": self.cells,
+                "flux_imbalance": self.flux_imbalance,
+                "flow_rate": self.flow_rate,
+                "conductance": self.conductance,
+                "seconds": self.seconds,
+            }
+        }
+
+
+def check_openfoam(processes: int = 1) -> None:
+    """Refuse to start without OpenFOAM's tools (and ``mpirun`` for a parallel solve).
+
+    Raises:
+        UnavailableError: naming the missing tool and how to install it.
+    """
+    needed = TOOLS + (("decomposePar", "reconstructPar", "mpirun") if processes > 1 else ())
+    missing = [tool for tool in needed if shutil.which(tool) is None]
+    if missing:
+        raise UnavailableError(
+            f"the Stokes solve runs OpenFOAM, and {', '.join(missing)} is not on PATH: install it "
+            "(apt-get install openfoam on Debian or Ubuntu), or source your OpenFOAM's etc/bashrc"
+        )
+
+
+def check_box(fluid: np.ndarray, settings: StokesSettings, memory: int | None = None) -> np.ndarray:
+    """Refuse a box that no fluid path crosses, or whose mesh would not fit in ``memory`` bytes (default: what this
+    machine has available now). Returns the active cells (bool (H, W))."""
+    if fluid.ndim != 3 or fluid.dtype != bool:
+        raise ValueError(f"fluid must be a bool (H, W, D) array, got {fluid.dtype} {fluid.shape}")
+    active = active_cells(fluid)
+    r3 = settings.cells_per_voxel**3
+    height, width, depth = fluid.shape
+    box = height * (width + 2 * settings.reservoir) * depth * r3
+    fluid_cells = (int(fluid.sum()) + 2 * settings.reservoir * height * depth) * r3
+    needed = max(box * BYTES_PER_BOX_CELL, fluid_cells * BYTES_PER_FLUID_CELL)
+    memory = available_memory() if memory is None else memory
+    if needed > memory:
+        raise ProblemError(
+            f"the Stokes mesh of this {height}x{width}x{depth}-voxel box at {settings.cells_per_voxel} cells per "
+            f"voxel needs about {needed / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB available: lower "
+            "cells_per_voxel or solve a smaller map"
+        )
+    return active
+
+
+def check_case_dir(case_dir: str | os.PathLike) -> None:
+    """Refuse to write a case into an existing folder, whose files OpenFOAM would mix with the new case's.
+
+    Raises:
+        OutputError: naming the folder.
+    """
+    if Path(case_dir).exists():
+        raise OutputError(
+            f"{case_dir}: exists already; give a new folder for the OpenFOAM case, or remove it"
+        )
+
+
+def solve(
+    fluid: np.ndarray,
+    settings: StokesSettings | None = None,
+    case_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> StokesResult:
+    """Solve steady Stokes flow through the fluid voxels ``fluid`` (bool (H, W, D)) with OpenFOAM.
+
+    ``case_dir``: where the OpenFOAM case is written and kept (a new folder), for inspection in ParaView; by default
+    a temporary folder, removed afterwards.
+
+    Raises:
+        ProblemError: no fluid path joins the inlet to the outlet column, or the mesh would not fit in memory.
+        OutputError: ``case_dir`` exists.
+        UnavailableError: OpenFOAM is not installed.
+        ReferenceConvergenceError: not steady after ``max_iterations``.
+        RuntimeError: an OpenFOAM tool failed (its log's last lines).
+    """
+    settings = settings or StokesSettings()
+    active = check_box(fluid, settings)
+    check_openfoam(settings.processes)
+    start = time.perf_counter()
+    with ExitStack() as stack:
+        if case_dir is None:
+            case = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flowlearn-stokes-")))
+        else:
+            case = Path(case_dir)
+            check_case_dir(case)
+            case.mkdir(parents=True)
+        box = add_reservoirs(fluid, settings.reservoir)
+        write_case(case, box, settings)
+        build = re.search(r"^Build\s*:\s*(.+)$", _run(["blockMesh"], case), re.MULTILINE)
+        _write_cell_set(case, box, settings.cells_per_voxel)
+        _run(["subsetMesh", "fluid", "-patch", "walls", "-overwrite"], case)
+        iterations, converged = _solve(case, settings, progress)
+        if not converged:
+            raise ReferenceConvergenceError(
+                f"Stokes solve not steady after {iterations} iterations: the pressure's residual stays above "
+                f"{settings.tolerance:.1e} (raise max_iterations, or keep the case (case_dir) and read its "
+                "log.simpleFoam)"
+            )
+        result = _measure(case, box, fluid, active, settings, iterations)
+    return StokesResult(
+        **result, openfoam=build.group(1).strip() if build else "unknown", seconds=time.perf_counter() - start
+    )
+
+
+def extrapolate(coarse: float, fine: float, ratio: float) -> float:
+    """Richardson extrapolation of a second-order quantity from cells of size h (``coarse``) and h / ``ratio``
+    (``fine``) to h -> 0."""
+    return fine + (fine - coarse) / (ratio**2 - 1)
+
+
+def _foam_header(cls: str, name: str) -> str:
+    return f"FoamFile\n{{\n    version 2.0;\n    format ascii;\n    class {cls};\n    object {name};\n}}\n"
+
+
+def write_case(case: Path, box: np.ndarray, settings: StokesSettings) -> None:
+    """The OpenFOAM dictionaries of a solve on ``box`` (bool (H, W', D), reservoirs included) in ``case``."""
+    height, width, depth = box.shape
+    r = settings.cells_per_voxel
+    files = {
+        # The box in voxels: OpenFOAM's x is the flow (array axis 1), y the rows (axis 0), z the depth (axis 2).
+        "system/blockMeshDict": f"""convertToMeters 1;
+vertices ((0 0 0) ({width} 0 0) ({width} {height} 0) (0 {height} 0)
+          (0 0 {depth}) ({width} 0 {depth}) ({width} {height} {depth}) (0 {height} {depth}));
+blocks (hex (0 1 2 3 4 5 6 7) ({r * width} {r * height} {r * depth}) simpleGrading (1 1 1));
+boundary
+(
+    inlet {{ type patch; faces ((0 4 7 3)); }}
+    outlet {{ type patch; faces ((1 2 6 5)); }}
+    symmetryLow {{ type symmetryPlane; faces ((0 1 5 4)); }}
+    symmetryHigh {{ type symmetryPlane; faces ((3 7 6 2)); }}
+    walls {{ type wall; faces ((0 3 2 1) (4 5 6 7)); }}
+);
+""",
+        "system/controlDict": f"""application simpleFoam;
+startFrom startTime; startTime 0; stopAt endTime; endTime {settings.max_iterations}; deltaT 1;
+writeControl timeStep; writeInterval {settings.max_iterations}; writeFormat ascii; writePrecision 15;
+writeCompression off; timeFormat general; timePrecision 8; runTimeModifiable false;
+functions
+{{
+    inletFlow {{ type surfaceFieldValue; libs ("libfieldFunctionObjects.so"); regionType patch; name inlet;
+                operation sum; fields (phi); writeFields false; log false; }}
+    outletFlow {{ type surfaceFieldValue; libs ("libfieldFunctionObjects.so"); regionType patch; name outlet;
+                 operation sum; fields (phi); writeFields false; log false; }}
+}}
+""",
+        "system/fvSchemes": """ddtSchemes { default steadyState; }
+gradSchemes { default Gauss linear; }
+divSchemes { default none; div(phi,U) bounded Gauss linear; div((nuEff*dev2(T(grad(U))))) Gauss linear; }
+laplacianSchemes { default Gauss linear corrected; }
+interpolationSchemes { default linear; }
+snGradSchemes { default corrected; }
+""",
+        "system/fvSolution": f"""solvers
+{{
+    p {{ solver GAMG; smoother GaussSeidel; tolerance 1e-14; relTol 0.01; }}
+    U {{ solver smoothSolver; smoother symGaussSeidel; tolerance 1e-14; relTol 0.01; }}
+}}
+SIMPLE {{ nNonOrthogonalCorrectors 0; consistent yes;
+         residualControl {{ p {settings.tolerance:g}; }} }}
+relaxationFactors {{ equations {{ U 0.9; }} }}
+""",
+        "system/decomposeParDict": f"numberOfSubdomains {settings.processes};\nmethod scotch;\n",
+        "constant/transportProperties": f"transportModel Newtonian;\nnu {VISCOSITY};\n",
+        "constant/turbulenceProperties": "simulationType laminar;\n",
+        "0/U": """dimensions [0 1 -1 0 0 0 0];
+internalField uniform (0 0 0);
+boundaryField
+{
+    inlet { type zeroGradient; }
+    outlet { type zeroGradient; }
+    "symmetry.*" { type symmetryPlane; }
+    walls { type noSlip; }
+}
+""",
+        "0/p": f"""dimensions [0 2 -2 0 0 0 0];
+internalField uniform 0;
+boundaryField
+{{
+    inlet {{ type fixedValue; value uniform {INLET_PRESSURE}; }}
+    outlet {{ type fixedValue; value uniform 0; }}
+    "symmetry.*" {{ type symmetryPlane; }}
+    walls {{ type zeroGradient; }}
+}}
+""",
+    }
+    for relative, body in files.items():
+        path = case / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cls = {"0/U": "volVectorField", "0/p": "volScalarField"}.get(relative, "dictionary")
+        path.write_text(_foam_header(cls, path.name) + body)
+
+
+def _cell_labels(box: np.ndarray, r: int) -> np.ndarray:
+    """blockMesh's labels of the fluid cells of ``box`` split r³: the label of cell (x, y, z) is
+    x + nx (y + ny z), and subsetMesh keeps the cells in that order."""
+    fine = box.repeat(r, axis=0).repeat(r, axis=1).repeat(r, axis=2)
+    return np.flatnonzero(fine.transpose(2, 0, 1).ravel())
+
+
+def _write_cell_set(case: Path, box: np.ndarray, r: int) -> None:
+    labels = _cell_labels(box, r)
+    sets = case / "constant/polyMesh/sets"
+    sets.mkdir(exist_ok=True)
+    with open(sets / "fluid", "w") as out:
+        out.write(_foam_header("cellSet", "fluid"))
+        out.write(f"{labels.size}\n(\n")
+        np.savetxt(out, labels, fmt="%d")
+        out.write(")\n")
+
+
+def _environment(case: Path) -> dict[str, str]:
+    env = dict(os.environ, PWD=str(case))
+    if "WM_PROJECT_DIR" not in env and Path(DEBIAN_PROJECT_DIR, "etc").is_dir():
+        env["WM_PROJECT_DIR"] = DEBIAN_PROJECT_DIR
+    # Open MPI (Debian's MPI) refuses to start as root, as in containers, and more processes than cores, unless
+    # told; other MPIs ignore these variables.
+    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    if os.geteuid() == 0:
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def _run(command: list[str], case: Path, check: bool = True) -> str:
+    """Run an OpenFOAM tool in ``case``; its output goes to ``case/log.<tool>`` and is returned."""
+    done = subprocess.run(command, cwd=case, env=_environment(case), capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    if check:
+        (case / f"log.{command[0]}").write_text(output)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(command)} failed in {case}:\n" + "\n".join(output.splitlines()[-15:])
+            )
+    return output
+
+
+def _solve(case: Path, settings: StokesSettings, progress: bool) -> tuple[int, bool]:
+    """Run simpleFoam (under mpirun for several processes), with a progress bar over its iterations. Returns the
+    iterations run and whether the residuals met the tolerance."""
+    command = ["simpleFoam"]
+    if settings.processes > 1:
+        _run(["decomposePar", "-force"], case)
+        command = ["mpirun", "-np", str(settings.processes), "simpleFoam", "-parallel"]
+    iterations, converged = 0, False
+    log_path = case / "log.simpleFoam"
+    with (
+        open(log_path, "w") as log,
+        subprocess.Popen(
+            command,
+            cwd=case,
+            env=_environment(case),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ) as process,
+        tqdm(desc="Stokes", unit="it", disable=not progress, leave=False) as bar,
+    ):
+        for line in process.stdout:
+            log.write(line)
+            if line.startswith("Time = "):
+                iterations = int(float(line.split()[2]))
+                bar.update(iterations - bar.n)
+            elif "Solving for p, Initial residual" in line:
+                bar.set_postfix_str(f"p residual {line.split('=')[1].split(',')[0].strip()}", refresh=False)
+            elif "SIMPLE solution converged" in line:
+                converged = True
+    if process.returncode != 0:
+        tail = log_path.read_text().splitlines()[-15:]
+        raise RuntimeError(f"{' '.join(command)} failed in {case}:\n" + "\n".join(tail))
+    if settings.processes > 1:
+        _run(["reconstructPar", "-latestTime"], case)
+    return iterations, converged
+
+
+def _read_field(path: Path, components: int) -> np.ndarray:
+    """The internal field of an ASCII OpenFOAM field file: float64 (cells,) or (cells, components)."""
+    text = path.read_text()
+    body = text[text.index("internalField") :]
+    count_match = re.search(r"nonuniform\s+List<\w+>\s*(\d+)\s*\(", body)
+    if count_match is None:
+        raise RuntimeError(f"{path}: expected a nonuniform internalField")
+    count = int(count_match.group(1))
+    # The values come first after the count; vectors are parenthesised.
+    tokens = body[count_match.end() :].replace("(", " ").replace(")", " ").split(maxsplit=count * components)
+    numbers = np.array(tokens[: count * components], dtype=float)
+    return numbers.reshape(count, components) if components > 1 else numbers
+
+
+def _patch_flow(case: Path, name: str) -> float:
+    """The last value the ``name`` function object wrote: the sum of phi over its patch."""
+    files = sorted((case / "postProcessing" / name).glob("*/surfaceFieldValue.dat"))
+    rows = [line.split() for line in files[-1].read_text().splitlines() if line and not line.startswith("#")]
+    return float(rows[-1][1])
+
+
+def _measure(
+    case: Path,
+    box: np.ndarray,
+    fluid: np.ndarray,
+    active: np.ndarray,
+    settings: StokesSettings,
+    iterations: int,
+) -> dict[str, Any]:
+    """The dataset's fields of the solution in ``case``'s last time folder."""
+    last = max((p for p in case.iterdir() if re.fullmatch(r"\d+", p.name)), key=lambda p: int(p.name))
+    r, n = settings.cells_per_voxel, settings.reservoir
+    height, width, depth = fluid.shape
+    labels = _cell_labels(box, r)
+    velocity = _read_field(last / "U", 3)
+    pressure = _read_field(last / "p", 1)
+    if len(velocity) != labels.size or len(pressure) != labels.size:
+        raise RuntimeError(f"{case}: the solution has {len(pressure)} cells, the fluid {labels.size}")
+    shape = (r * height, r * box.shape[1], r * depth)  # (y, x, z) cells
+
+    def on_box(values: np.ndarray) -> np.ndarray:
+        full = np.zeros(shape[2] * shape[0] * shape[1])
+        full[labels] = values
+        return full.reshape(shape[2], shape[0], shape[1]).transpose(1, 2, 0)
+
+    def by_column(cells: np.ndarray) -> np.ndarray:
+        """(rH, rW', rD) cells of the map (reservoirs dropped) -> (H, W, r·r·rD), the cells of each voxel column."""
+        inside = cells[:, r * n : r * (n + width)]
+        blocks = inside.reshape(height, r, width, r, r * depth).transpose(0, 2, 1, 3, 4)
+        return blocks.reshape(height, width, -1)
+
+    ux, uy = on_box(velocity[:, 0]), on_box(velocity[:, 1])
+    fine_fluid = by_column(box.repeat(r, axis=0).repeat(r, axis=1).repeat(r, axis=2))
+    gap: GapPressure = gap_pressure(
+        by_column(on_box(pressure)), by_column(np.hypot(ux, uy)), fine_fluid, active
+    )
+    q_in, q_out = -_patch_flow(case, "inletFlow"), _patch_flow(case, "outletFlow")
+    return {
+        "pressure": gap.pressure,
+        "pressure_kinematic": gap.raw,
+        # Σ u_x dy dz over a voxel column's cells, per voxel of width: cells of side 1/r, r columns across.
+        "flux": by_column(ux).sum(axis=2) / r**3,
+        "aperture": fluid.sum(axis=2).astype(np.int64),
+        "active": active,
+        "flow_rate": q_out,
+        "conductance": q_out * VISCOSITY / (gap.inlet - gap.outlet),
+        "flux_imbalance": abs(q_in - q_out) / abs(q_out) if q_out else math.inf,
+        "iterations": iterations,
+        "cells": labels.size,
+    }
+
+
+def stokes_fracture(
+    fracture: Fracture,
+    settings: StokesSettings | None = None,
+    voxel_size: float | None = None,
+    case_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> Fracture:
+    """``fracture`` with its pressure and flow rate replaced by the Stokes solve's on its voxels
+    (:func:`~flowlearn.data.voxels.fracture_voxels`), in the dataset's convention; the provenance records the
+    solve. ``voxel_size`` overrides the fracture's own (metres per voxel)."""
+    settings = settings or StokesSettings()
+    size = fracture.voxel_size if voxel_size is None else voxel_size
+    fluid = fracture_voxels(fracture, voxel_size)
+    result = solve(fluid, settings, case_dir=case_dir, progress=progress)
+    return replace(
+        fracture,
+        aperture=result.aperture * size,
+        pressure=result.pressure,
+        mask=result.active,
+        voxel_size=size,
+        inlet_pressure=2.0,
+        outlet_pressure=1.0,
+        # The conductance is in voxels³ per unit of (pressure drop / viscosity); the heads drop by 1.
+        flow_rate=result.conductance * size**3,
+        provenance={"source": fracture.provenance, **result.provenance(settings)},
+    )

@@ -1,0 +1,146 @@
+"""The voxel box that the reference solvers (LBM, Stokes) run on, and how their 3D flow becomes a dataset's 2D fields.
+
+The box is a bool array (H, W, D) of fluid voxels: rows y, columns x, depth z, cubic voxels. Flow runs along x from
+column 0 (inlet) to column W-1 (outlet). Every solver of the reference adds the same open reservoirs (full depth)
+before and after the map (:func:`add_reservoirs`) and reports, in the dataset's convention:
+
+* the pressure averaged over each column's gap, weighted by each voxel's in-plane speed,
+  p(x, y) = Σ_z |u| p / Σ_z |u| (:func:`flux_weighted_average`): the pressure that the flow carries;
+* that pressure normalised so that the inlet column averages 2 and the outlet column 1, and the inlet and outlet
+  pressures p_in, p_out it was normalised with (:func:`gap_pressure`);
+* the conductance Q μ / (p_in - p_out), in voxels³.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import ndimage
+
+from flowlearn.data.schema import Fracture
+from flowlearn.errors import DataValidationError, ProblemError
+
+
+def voxelize(bottom: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """Fluid voxels between two walls: bool (H, W, D), True where bottom <= z-centre < top.
+
+    ``bottom`` and ``top`` are float (H, W) wall heights in voxels; D spans the lowest bottom to the highest top.
+    """
+    if bottom.shape != top.shape or bottom.ndim != 2:
+        raise ValueError(f"bottom and top must be equal 2D shapes, got {bottom.shape} and {top.shape}")
+    z0 = math.floor(float(bottom.min()))
+    depth = max(math.ceil(float(top.max())) - z0, 1)
+    centres = z0 + np.arange(depth) + 0.5
+    return (bottom[..., None] <= centres) & (centres < top[..., None])
+
+
+def voxelize_aperture(aperture: np.ndarray) -> np.ndarray:
+    """Fluid voxels of a gap centred on a flat mid-plane: bool (H, W, D) for a float (H, W) aperture in voxels."""
+    return voxelize(-0.5 * aperture, 0.5 * aperture)
+
+
+def flux_weighted_average(values: np.ndarray, weights: np.ndarray, fluid: np.ndarray) -> np.ndarray:
+    """Average of ``values`` over the fluid voxels of the last axis, weighted by ``weights``.
+
+    ``values`` and ``weights`` are float (..., D), ``fluid`` bool (..., D). Where the weights of the fluid voxels
+    sum to 0 (a column without flow) the plain mean over its fluid voxels is used; NaN where it has none.
+    Returns float64 (...): the gap average of the pressure when ``weights`` is the local flux.
+    """
+    weights = np.where(fluid, weights, 0.0)
+    total = weights.sum(axis=-1)
+    count = fluid.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        weighted = (np.where(fluid, values, 0.0) * weights).sum(axis=-1) / total
+        plain = np.where(fluid, values, 0.0).sum(axis=-1) / count
+    return np.where(total > 0, weighted, np.where(count > 0, plain, np.nan))
+
+
+def active_cells(fluid: np.ndarray) -> np.ndarray:
+    """The cells of the map (bool (H, W)) whose fluid joins, 4-connected as in the Darcy grid, the inlet or the
+    outlet column.
+
+    Raises:
+        ProblemError: no fluid path joins the inlet column to the outlet column.
+    """
+    labels, _ = ndimage.label(fluid.any(axis=2))
+    if not np.intersect1d(labels[:, 0], labels[:, -1]).any():
+        raise ProblemError("no fluid path joins the inlet column to the outlet column; nothing would flow")
+    keep = np.union1d(labels[:, 0], labels[:, -1])
+    return np.isin(labels, keep[keep > 0])
+
+
+def add_reservoirs(fluid: np.ndarray, columns: int) -> np.ndarray:
+    """``fluid`` (bool (H, W, D)) with ``columns`` open columns of its full depth before column 0 and after column
+    W-1: bool (H, W + 2 columns, D). The pressure conditions sit at the far ends of the reservoirs, where their
+    disturbance stays out of the fracture."""
+    padded = np.pad(fluid, ((0, 0), (columns, columns), (0, 0)), constant_values=False)
+    padded[:, :columns] = True
+    padded[:, padded.shape[1] - columns :] = True
+    return padded
+
+
+@dataclass(frozen=True)
+class GapPressure:
+    """The 2D pressure of a 3D flow in the dataset's convention.
+
+    Attributes:
+        pressure: float64 (H, W), normalised: 1 + (p - p_out) / (p_in - p_out); inactive cells hold the
+            uniform-permeability profile 2 - c/(W-1) as a placeholder.
+        raw: float64 (H, W), the flux-weighted gap average in the solver's units, NaN where inactive.
+        inlet: p_in, the mean of ``raw`` over the active cells of column 0.
+        outlet: p_out, the same over column W-1.
+    """
+
+    pressure: np.ndarray
+    raw: np.ndarray
+    inlet: float
+    outlet: float
+
+
+def gap_pressure(
+    pressure: np.ndarray, speed: np.ndarray, fluid: np.ndarray, active: np.ndarray
+) -> GapPressure:
+    """The dataset's 2D pressure of a 3D solution.
+
+    Args:
+        pressure: float (H, W, N), the pressure of each of the N cells of a map cell's column, any units.
+        speed: float (H, W, N), their in-plane speed |(u_x, u_y)|, the averaging weight.
+        fluid: bool (H, W, N), which cells are fluid.
+        active: bool (H, W), the cells with flow (:func:`active_cells`).
+    """
+    raw = np.where(active, flux_weighted_average(pressure, speed, fluid), np.nan)
+    inlet = float(np.nanmean(raw[:, 0]))
+    outlet = float(np.nanmean(raw[:, -1]))
+    width = raw.shape[1]
+    placeholder = np.broadcast_to(2.0 - np.arange(width) / (width - 1), raw.shape)
+    normalised = np.where(active, 1.0 + (raw - outlet) / (inlet - outlet), placeholder)
+    return GapPressure(pressure=normalised, raw=raw, inlet=inlet, outlet=outlet)
+
+
+def fracture_voxels(fracture: Fracture, voxel_size: float | None = None) -> np.ndarray:
+    """The fluid voxels (bool (H, W, D)) of a dataset's fracture: between its walls where it stores them, else a gap
+    of its aperture centred on a flat mid-plane.
+
+    ``voxel_size`` (metres per voxel) overrides the fracture's own; one of the two must be known.
+
+    Raises:
+        DataValidationError: naming the fracture, for a map that is not 2D with flow along x, or an unknown voxel
+            size.
+    """
+    where = f"fracture {fracture.name!r}"
+    if fracture.aperture.ndim != 2 or fracture.flow_axis != "x":
+        raise DataValidationError(
+            f"{where}: a 3D reference runs on 2D maps with flow along x, got shape {fracture.shape} and flow axis "
+            f"{fracture.flow_axis}"
+        )
+    size = fracture.voxel_size if voxel_size is None else voxel_size
+    if not (math.isfinite(size) and size > 0):
+        raise DataValidationError(
+            f"{where}: its voxel size is unknown (or not > 0: {size}), so its aperture cannot be voxelised; give the "
+            "metres per voxel (--voxel-size)"
+        )
+    if fracture.bottom is not None and fracture.top is not None:
+        return voxelize(fracture.bottom / size, fracture.top / size)
+    return voxelize_aperture(np.where(fracture.active, fracture.aperture, 0.0) / size)
