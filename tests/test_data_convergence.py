@@ -44,3 +44,21 @@ def test_parallel_plates_refined_carry_the_lattice_flux_exactly_at_every_refinem
         assert run.conductance / cubic - 1 == pytest.approx(1 / (2 * run.factor**2 * b**2), abs=5e-3), (
             run.factor
         )
+
+
+@pytest.mark.parametrize("order", [1.0, 1.5, 2.0])
+def test_observed_order_and_the_smooth_wall_estimate_recover_a_power_law(order):
+    """Values Q(r) = Q∞ + C r^-p at r = 1, 2, 3: the order found is p and the estimate Q∞, exactly."""
+    import math
+
+    from flowlearn.data.convergence import Resolution, observed_order, smooth_wall_estimate
+
+    limit, scale = 0.87, 0.14
+    values = {r: limit + scale * r**-order for r in (1, 2, 3)}
+    assert observed_order(tuple(values.values()), (1, 2, 3)) == pytest.approx(order, rel=1e-9)
+    runs = [Resolution(r, 1.0, np.zeros((1, 1)), 1, 1, stokes_conductance=v) for r, v in values.items()]
+    smooth, found = smooth_wall_estimate(runs)
+    assert smooth == pytest.approx(limit, rel=1e-9) and found == pytest.approx(order, rel=1e-9)
+    # Oscillating values give no estimate, nor do fewer than three solves.
+    assert math.isnan(observed_order((1.0, 0.9, 0.95), (1, 2, 3)))
+    assert math.isnan(smooth_wall_estimate(runs[:2])[0])

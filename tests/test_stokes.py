@@ -116,3 +116,33 @@ def test_an_unsteady_solve_stops_with_its_residual():
         ReferenceConvergenceError, match=r"not steady after 5 iterations: the pressure's residual"
     ):
         solve(fluid, StokesSettings(max_iterations=5), progress=False)
+
+
+def test_mpi_processes_give_the_serial_solution():
+    fluid = _plates(4, solid=1)
+    serial = solve(fluid, StokesSettings(), progress=False)
+    parallel = solve(fluid, StokesSettings(processes=2), progress=False)
+    assert parallel.flow_rate == pytest.approx(serial.flow_rate, rel=1e-8)
+    assert np.allclose(parallel.pressure, serial.pressure, atol=1e-8)
+
+
+@pytest.mark.slow
+def test_the_resolution_study_extrapolates_plates_to_the_cubic_law():
+    """The convergence study with Stokes solves on plates 4 voxels apart, refined 1x, 2x, 3x: each solve carries the
+    scheme's flux, the cubic law times 1 + 2/(r b)², so the three converge at order 2 to the cubic law itself. (The
+    plates fill their voxels' depth, as the reservoirs do: no entry losses between the end columns.)"""
+    from conftest import require_lbm
+
+    from flowlearn.data.closure import ClosureParams, closed_fracture
+    from flowlearn.data.convergence import grid_convergence, smooth_wall_estimate
+    from flowlearn.data.lbm import LBMSettings
+
+    require_lbm()
+    h, w, b = 2, 12, 4.0
+    plates = closed_fracture(ClosureParams((h, w), b, 0.7, 0.0, 0.0, 6.0, 2.0, 0.0, seed=0, kind="parallel"))
+    runs = grid_convergence(plates, (1, 2, 3), LBMSettings(tolerance=1e-7), StokesSettings(tolerance=1e-10))
+    cubic = h * b**3 / 12 / (w - 1)
+    for run in runs:
+        assert run.stokes_conductance == pytest.approx(cubic * (1 + 2 / (run.factor * b) ** 2), rel=1e-5)
+    smooth, order = smooth_wall_estimate(runs)
+    assert order == pytest.approx(2.0, abs=1e-3) and smooth == pytest.approx(cubic, rel=1e-5)

@@ -517,6 +517,49 @@ def test_generate_slurm_without_a_controller_names_slurm_conf(tmp_path, capsys, 
     assert sorted(os.listdir(tmp_path)) == ["slurm.conf"]
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--factors", "2", "1"],
+            "error: --factors must be distinct integers >= 1 in ascending order, got [2, 1]",
+        ),
+        (
+            ["--factors", "0", "1"],
+            "error: --factors must be distinct integers >= 1 in ascending order, got [0, 1]",
+        ),
+        (
+            ["--recipe", "published", "--as-generated"],
+            "error: --as-generated applies to --recipe winding only",
+        ),
+        (
+            ["--recipe", "published"],
+            "error: shape is too small for mismatch_ratio up to 4 mean apertures of 8 pixels: the mismatch length must "
+            "fit twice in the longest side, which needs >= 64 pixels (or lower mismatch_ratio), got (24, 24)",
+        ),
+    ],
+)
+def test_convergence_study_options(capsys, argv, message):
+    from flowlearn.data.convergence import main as convergence
+
+    with pytest.raises(SystemExit) as stop:
+        convergence(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith(message), err
+
+
+def test_convergence_study_with_stokes_but_without_openfoam(capsys, monkeypatch, tmp_path):
+    from flowlearn.data.convergence import main as convergence
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SystemExit) as stop:
+        convergence(["--stokes"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert "blockMesh, subsetMesh, simpleFoam is not on PATH" in err.strip().splitlines()[-1]
+
+
 def test_convergence_study_of_walls_too_long_for_the_map(capsys):
     from flowlearn.data.convergence import main as convergence
 
@@ -619,6 +662,20 @@ def test_command_mistakes(files, fake_run, tmp_path, capsys, argv, message):
     names = {name: str(path) for name, path in files.items()} | {"tmp": str(tmp_path), "run": str(fake_run)}
     status, err = _flowlearn(capsys, *(a.format(**names) for a in argv))
     _one_line(status, err, message.format(**names))
+
+
+@pytest.mark.parametrize("source, option", [("blocked", []), ("good", ["--voxel-size", "1e-10"])])
+def test_a_fracture_the_stokes_solve_cannot_mesh_stops_before_anything_is_written(
+    files, tmp_path, capsys, source, option
+):
+    # No fluid path in one fracture, or meshes too large: refused before the first solve, so that neither the
+    # output nor a case folder is begun.
+    output, cases = tmp_path / "out.h5", tmp_path / "cases"
+    status, err = _flowlearn(
+        capsys, "stokes", str(files[source]), "-o", str(output), "--case-dir", str(cases), *option
+    )
+    _one_line(status, err, str(files[source]))
+    assert os.listdir(tmp_path) == []
 
 
 def test_an_incomplete_sweep_is_a_status_not_an_error(fake_run, tmp_path, capsys):

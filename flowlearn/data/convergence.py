@@ -9,6 +9,11 @@ Compared per factor r, against the finest run:
   first and last columns sit at slightly different places), averaged over each r x r block of fine cells (those
   with flow) back onto the coarse grid.
 
+With ``stokes`` settings, each factor also runs the independent Stokes solve (:mod:`flowlearn.data.stokes`) on the
+same voxels, and the three finest of those, extrapolated at their observed order of convergence
+(:func:`smooth_wall_estimate`), estimate the flow rate of the smooth walls, which the LBM at each resolution is
+compared with.
+
 Run ``python -m flowlearn.data.convergence --help`` for the study of a dataset's fracture.
 """
 
@@ -16,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from flowlearn.data.lbm import LBMResult, LBMSettings, simulate
 from flowlearn.data.roughness import RoughFracture, refine
+from flowlearn.data.stokes import StokesResult, StokesSettings, extrapolate
+from flowlearn.data.stokes import solve as solve_stokes
 from flowlearn.data.voxels import voxelize
 
 
@@ -36,6 +44,7 @@ class Resolution:
             cell has no flow.
         steps: LBM steps run.
         cells: size of the LBM box.
+        stokes_conductance: the Stokes solve's conductance on the same voxels, coarse voxels³ (NaN: not run).
     """
 
     factor: int
@@ -43,9 +52,10 @@ class Resolution:
     departure: np.ndarray
     steps: int
     cells: int
+    stokes_conductance: float = math.nan
 
 
-def coarse_conductance(result: LBMResult, factor: int) -> float:
+def coarse_conductance(result: LBMResult | StokesResult, factor: int) -> float:
     """The conductance of a run on the grid ``factor`` times finer, as the coarse grid would measure it: in coarse
     voxels³, and between the coarse grid's end columns.
 
@@ -74,14 +84,21 @@ def coarse_departure(result: LBMResult, factor: int) -> np.ndarray:
 
 
 def grid_convergence(
-    fracture: RoughFracture, factors: tuple[int, ...] = (1, 2, 3), settings: LBMSettings | None = None
+    fracture: RoughFracture,
+    factors: tuple[int, ...] = (1, 2, 3),
+    settings: LBMSettings | None = None,
+    stokes: StokesSettings | None = None,
 ) -> list[Resolution]:
-    """Run the LBM on ``fracture`` refined by each of ``factors`` (ascending)."""
+    """Run the LBM (and, with ``stokes`` settings, the Stokes solve) on ``fracture`` refined by each of ``factors``
+    (ascending)."""
     runs = []
     for factor in factors:
         fine = refine(fracture, factor)
         fluid = voxelize(fine.bottom, fine.top)
         result = simulate(fluid, settings, progress=False)
+        independent = math.nan
+        if stokes is not None:
+            independent = coarse_conductance(solve_stokes(fluid, stokes, progress=False), factor)
         runs.append(
             Resolution(
                 factor=factor,
@@ -89,9 +106,47 @@ def grid_convergence(
                 departure=coarse_departure(result, factor),
                 steps=result.steps,
                 cells=fluid.size,
+                stokes_conductance=independent,
             )
         )
     return runs
+
+
+def observed_order(values: tuple[float, float, float], factors: tuple[int, int, int]) -> float:
+    """The order p of convergence that three values at refinements r1 < r2 < r3 show, assuming an error C h^p
+    (h = 1/r): the root of (v1 - v2)/(v2 - v3) = (r1^-p - r2^-p)/(r2^-p - r3^-p) in (0.1, 8); NaN where the values
+    do not converge monotonically or no such p exists."""
+    v1, v2, v3 = values
+    if not (v1 - v2) * (v2 - v3) > 0:
+        return math.nan
+    target = (v1 - v2) / (v2 - v3)
+
+    def ratio(p: float) -> float:
+        r1, r2, r3 = (factor ** (-p) for factor in factors)
+        return (r1 - r2) / (r2 - r3)
+
+    low, high = 0.1, 8.0
+    if not min(ratio(low), ratio(high)) <= target <= max(ratio(low), ratio(high)):
+        return math.nan
+    for _ in range(60):  # ratio(p) rises monotonically with p
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if ratio(middle) < target else (low, middle)
+    return 0.5 * (low + high)
+
+
+def smooth_wall_estimate(runs: list[Resolution]) -> tuple[float, float]:
+    """The flow rate (conductance, coarse voxels³) of the smooth walls that the three finest Stokes solves
+    extrapolate to, and their observed order; both NaN where fewer than three solves ran or they do not converge
+    monotonically."""
+    solved = [run for run in runs if math.isfinite(run.stokes_conductance)][-3:]
+    if len(solved) < 3:
+        return math.nan, math.nan
+    factors = tuple(run.factor for run in solved)
+    values = tuple(run.stokes_conductance for run in solved)
+    order = observed_order(values, factors)
+    if not math.isfinite(order):
+        return math.nan, math.nan
+    return extrapolate(values[1], values[2], factors[2] / factors[1], order), order
 
 
 def refinement_change(walls: RoughFracture, conductance: float, settings: LBMSettings | None = None) -> float:
@@ -105,8 +160,10 @@ def refinement_change(walls: RoughFracture, conductance: float, settings: LBMSet
 
 def differences(runs: list[Resolution]) -> list[dict[str, float]]:
     """Per run, its relative flow-rate difference and the rms difference of its pressure departure (in units of
-    the inlet-outlet drop) from the finest run."""
+    the inlet-outlet drop) from the finest run; with Stokes solves, its flow rate against their smooth-wall
+    estimate (:func:`smooth_wall_estimate`) as well."""
     finest = runs[-1]
+    smooth, _ = smooth_wall_estimate(runs)
     rows = []
     for run in runs:
         both = np.isfinite(run.departure) & np.isfinite(finest.departure)
@@ -121,26 +178,34 @@ def differences(runs: list[Resolution]) -> list[dict[str, float]]:
                 "departure_rms": float(np.sqrt(np.mean(run.departure[np.isfinite(run.departure)] ** 2))),
                 "steps": run.steps,
                 "cells": run.cells,
+                "stokes_conductance": run.stokes_conductance,
+                "flow_rate_vs_smooth_walls": run.conductance / smooth - 1,
             }
         )
     return rows
 
 
 def study_walls(
-    index: int, shape: tuple[int, int], mean_aperture: float, as_generated: bool
+    index: int, shape: tuple[int, int], mean_aperture: float, as_generated: bool, recipe: str = "winding"
 ) -> RoughFracture:
-    """The walls of the study: fracture ``index`` of the winding recipe with the example dataset's seed (0), either
-    exactly as the dataset drew them (``as_generated``: the recipe at its defaults; on 64x64 maps at 8 voxels,
-    ``data/fractures.h5``'s fracture) or with the shortest wavelength kept below a 24-pixel map's side.
+    """The walls of the study: fracture ``index`` (seed 0) of ``recipe``.
+
+    ``winding`` (the example dataset's) either exactly as the dataset drew them (``as_generated``: the recipe at its
+    defaults; on 64x64 maps at 8 voxels, ``data/fractures.h5``'s fracture) or with the shortest wavelength kept
+    below a 24-pixel map's side; ``published`` at its defaults (walls in contact, published ranges; its mismatch
+    length must fit twice in the map: 32x32 maps at 4 voxels).
 
     Raises:
         SettingError: the recipe's wavelengths do not fit maps of ``shape``.
     """
-    from flowlearn.data.recipes import Winding
+    from flowlearn.data.recipes import Published, Winding
 
-    recipe = Winding() if as_generated else Winding(wavelength_ratio=(1.0, 2.9))
-    recipe.check(shape, mean_aperture)
-    return recipe.walls(shape, mean_aperture, 0, index)
+    if recipe == "published":
+        chosen = Published()
+    else:
+        chosen = Winding() if as_generated else Winding(wavelength_ratio=(1.0, 2.9))
+    chosen.check(shape, mean_aperture)
+    return chosen.walls(shape, mean_aperture, 0, index)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,9 +213,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m flowlearn.data.convergence",
-        description="Grid convergence of the LBM on fracture INDEX of the winding recipe (the example dataset's), on a smaller map.",
+        description="Grid convergence of the LBM on fracture INDEX of a recipe (by default the winding recipe of the "
+        "example dataset, on a smaller map); with --stokes, against the independent Stokes solve of the same voxels "
+        "extrapolated to smooth walls. Prints JSON.",
     )
     parser.add_argument("--index", type=int, default=0, help="which fracture's draws to use")
+    parser.add_argument("--recipe", choices=("winding", "published"), default="winding", help="what it draws")
     parser.add_argument("--shape", type=int, nargs=2, default=[24, 24], help="map size at 1x (H W)")
     parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 3], help="refinements, ascending")
     parser.add_argument("--mean-aperture", type=float, default=8.0, help="voxels across the mean gap at 1x")
@@ -158,16 +226,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--as-generated",
         action="store_true",
-        help="the walls exactly as the example dataset drew them (with --shape 64 64: data/fractures.h5's fracture "
-        "INDEX); by default the shortest wavelength is kept below a 24-pixel map's side",
+        help="the winding walls exactly as the example dataset drew them (with --shape 64 64: data/fractures.h5's "
+        "fracture INDEX); by default the shortest wavelength is kept below a 24-pixel map's side",
+    )
+    parser.add_argument(
+        "--stokes",
+        action="store_true",
+        help="also solve Stokes flow (OpenFOAM) on each resolution's voxels; three factors or more give the "
+        "smooth-wall estimate",
     )
     args = parser.parse_args(argv)
+    if args.as_generated and args.recipe != "winding":
+        parser.error("--as-generated applies to --recipe winding only")
+    if sorted(set(args.factors)) != args.factors or args.factors[0] < 1:
+        parser.error(f"--factors must be distinct integers >= 1 in ascending order, got {args.factors}")
     try:
-        fracture = study_walls(args.index, tuple(args.shape), args.mean_aperture, args.as_generated)
+        fracture = study_walls(
+            args.index, tuple(args.shape), args.mean_aperture, args.as_generated, args.recipe
+        )
     except SettingError as error:
         parser.error(str(error))
-    runs = grid_convergence(fracture, tuple(args.factors), LBMSettings(threads=args.threads))
-    print(json.dumps({"roughness": fracture.params.to_dict(), "runs": differences(runs)}, indent=2))
+    stokes = None
+    if args.stokes:
+        from flowlearn.data.stokes import StokesSettings, check_openfoam
+        from flowlearn.errors import UnavailableError
+
+        try:
+            check_openfoam()
+        except UnavailableError as error:
+            parser.error(str(error))
+        stokes = StokesSettings()
+    runs = grid_convergence(fracture, tuple(args.factors), LBMSettings(threads=args.threads), stokes)
+    smooth, order = smooth_wall_estimate(runs)
+    report = {
+        "roughness": fracture.params.to_dict(),
+        "runs": differences(runs),
+        "smooth_wall_conductance": smooth,
+        "stokes_order": order,
+    }
+    print(json.dumps(report, indent=2))
     return 0
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import ndimage
 from tqdm.auto import tqdm
 
 from flowlearn.checks import available_memory, check_setting, is_integer, is_number
@@ -59,11 +60,11 @@ DEBIAN_PROJECT_DIR = "/usr/share/openfoam"
 # gap of tens of voxels near 1e-3 (Stokes flow), as the LBM's density drop does.
 VISCOSITY = 1.0
 INLET_PRESSURE = 0.01
-# Peak memory of the meshing (blockMesh holds the whole box, fluid and solid) and of simpleFoam, per cell, bytes:
-# measured about 1.4 kB per box cell for blockMesh on boxes of 0.1-1 million cells, and 2.5 kB per fluid cell for
-# simpleFoam; with a margin.
-BYTES_PER_BOX_CELL = 2_000
-BYTES_PER_FLUID_CELL = 4_000
+# Peak memory of the meshing (blockMesh holds the whole box, fluid and solid) and of simpleFoam, bytes per cell: the
+# largest tool's peak resident memory was 1.75 kB per fluid cell (0.89 kB per box cell) for a 64x64 fracture split
+# 3x3x3 (1.1 million fluid cells, 1.9 GB), 1.9 kB at 2x2x2; these bound it with a margin of about a fifth.
+BYTES_PER_BOX_CELL = 1_000
+BYTES_PER_FLUID_CELL = 2_000
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,8 @@ class StokesResult:
             cells hold the placeholder 2 - c/(W-1).
         pressure_kinematic: float64 (H, W), the same before normalising, voxels²/s² (NaN where inactive).
         flux: float64 (H, W), depth-integrated flux along x per unit width, voxels²/s.
-        aperture: int64 (H, W), fluid voxels per column.
-        active: bool (H, W), cells with fluid joined to the inlet or outlet column.
+        aperture: int64 (H, W), fluid voxels per column (as the LBM counts them: pockets included).
+        active: bool (H, W), cells whose meshed fluid (:func:`connected_fluid`) joins the inlet or outlet column.
         flow_rate: Q, the flow through the outlet face, voxels³/s.
         conductance: Q ν / (p_in - p_out), voxels³, p_in and p_out the means of ``pressure_kinematic`` over the
             active cells of the first and last columns.
@@ -184,12 +185,12 @@ def check_openfoam(processes: int = 1) -> None:
         )
 
 
-def check_box(fluid: np.ndarray, settings: StokesSettings, memory: int | None = None) -> np.ndarray:
+def check_box(fluid: np.ndarray, settings: StokesSettings, memory: int | None = None) -> None:
     """Refuse a box that no fluid path crosses, or whose mesh would not fit in ``memory`` bytes (default: what this
-    machine has available now). Returns the active cells (bool (H, W))."""
+    machine has available now)."""
     if fluid.ndim != 3 or fluid.dtype != bool:
         raise ValueError(f"fluid must be a bool (H, W, D) array, got {fluid.dtype} {fluid.shape}")
-    active = active_cells(fluid)
+    active_cells(fluid)
     r3 = settings.cells_per_voxel**3
     height, width, depth = fluid.shape
     box = height * (width + 2 * settings.reservoir) * depth * r3
@@ -202,7 +203,6 @@ def check_box(fluid: np.ndarray, settings: StokesSettings, memory: int | None = 
             f"voxel needs about {needed / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB available: lower "
             "cells_per_voxel or solve a smaller map"
         )
-    return active
 
 
 def check_case_dir(case_dir: str | os.PathLike) -> None:
@@ -236,7 +236,7 @@ def solve(
         RuntimeError: an OpenFOAM tool failed (its log's last lines).
     """
     settings = settings or StokesSettings()
-    active = check_box(fluid, settings)
+    check_box(fluid, settings)
     check_openfoam(settings.processes)
     start = time.perf_counter()
     with ExitStack() as stack:
@@ -246,7 +246,7 @@ def solve(
             case = Path(case_dir)
             check_case_dir(case)
             case.mkdir(parents=True)
-        box = add_reservoirs(fluid, settings.reservoir)
+        box = connected_fluid(add_reservoirs(fluid, settings.reservoir))
         write_case(case, box, settings)
         build = re.search(r"^Build\s*:\s*(.+)$", _run(["blockMesh"], case), re.MULTILINE)
         _write_cell_set(case, box, settings.cells_per_voxel)
@@ -258,16 +258,28 @@ def solve(
                 f"{settings.tolerance:.1e} (raise max_iterations, or keep the case (case_dir) and read its "
                 "log.simpleFoam)"
             )
-        result = _measure(case, box, fluid, active, settings, iterations)
+        result = _measure(case, box, settings, iterations)
     return StokesResult(
-        **result, openfoam=build.group(1).strip() if build else "unknown", seconds=time.perf_counter() - start
+        **result,
+        aperture=fluid.sum(axis=2).astype(np.int64),
+        openfoam=build.group(1).strip() if build else "unknown",
+        seconds=time.perf_counter() - start,
     )
 
 
-def extrapolate(coarse: float, fine: float, ratio: float) -> float:
-    """Richardson extrapolation of a second-order quantity from cells of size h (``coarse``) and h / ``ratio``
-    (``fine``) to h -> 0."""
-    return fine + (fine - coarse) / (ratio**2 - 1)
+def extrapolate(coarse: float, fine: float, ratio: float, order: float = 2.0) -> float:
+    """Richardson extrapolation to h -> 0 of a quantity whose error falls as h^``order``, from cells of size h
+    (``coarse``) and h / ``ratio`` (``fine``)."""
+    return fine + (fine - coarse) / (ratio**order - 1)
+
+
+def connected_fluid(box: np.ndarray) -> np.ndarray:
+    """The fluid of ``box`` (bool (H, W', D), reservoirs included) that a path of shared faces joins to the inlet or
+    outlet face: the finite-volume mesh. A pocket enclosed by solid, or touching the rest only along an edge or at a
+    corner, has no pressure level of its own to solve for, and would make the pressure equation singular."""
+    labels, _ = ndimage.label(box)  # face (6-) connectivity, as the cells of a mesh connect
+    keep = np.union1d(labels[:, 0], labels[:, -1])
+    return np.isin(labels, keep[keep > 0])
 
 
 def _foam_header(cls: str, name: str) -> str:
@@ -321,7 +333,9 @@ SIMPLE {{ nNonOrthogonalCorrectors 0; consistent yes;
          residualControl {{ p {settings.tolerance:g}; }} }}
 relaxationFactors {{ equations {{ U 0.9; }} }}
 """,
-        "system/decomposeParDict": f"numberOfSubdomains {settings.processes};\nmethod scotch;\n",
+        # Slabs along the flow: Debian's OpenFOAM is built without scotch.
+        "system/decomposeParDict": f"numberOfSubdomains {settings.processes};\nmethod simple;\n"
+        f"simpleCoeffs {{ n ({settings.processes} 1 1); delta 0.001; }}\n",
         "constant/transportProperties": f"transportModel Newtonian;\nnu {VISCOSITY};\n",
         "constant/turbulenceProperties": "simulationType laminar;\n",
         "0/U": """dimensions [0 1 -1 0 0 0 0];
@@ -427,7 +441,7 @@ def _solve(case: Path, settings: StokesSettings, progress: bool) -> tuple[int, b
             elif "SIMPLE solution converged" in line:
                 converged = True
     if process.returncode != 0:
-        tail = log_path.read_text().splitlines()[-15:]
+        tail = [line for line in log_path.read_text().splitlines() if not line.startswith("#")][-15:]
         raise RuntimeError(f"{' '.join(command)} failed in {case}:\n" + "\n".join(tail))
     if settings.processes > 1:
         _run(["reconstructPar", "-latestTime"], case)
@@ -455,17 +469,12 @@ def _patch_flow(case: Path, name: str) -> float:
     return float(rows[-1][1])
 
 
-def _measure(
-    case: Path,
-    box: np.ndarray,
-    fluid: np.ndarray,
-    active: np.ndarray,
-    settings: StokesSettings,
-    iterations: int,
-) -> dict[str, Any]:
-    """The dataset's fields of the solution in ``case``'s last time folder."""
+def _measure(case: Path, box: np.ndarray, settings: StokesSettings, iterations: int) -> dict[str, Any]:
+    """The dataset's fields of the solution in ``case``'s last time folder; ``box`` is the meshed fluid."""
     last = max((p for p in case.iterdir() if re.fullmatch(r"\d+", p.name)), key=lambda p: int(p.name))
     r, n = settings.cells_per_voxel, settings.reservoir
+    fluid = box[:, n : box.shape[1] - n]
+    active = active_cells(fluid)
     height, width, depth = fluid.shape
     labels = _cell_labels(box, r)
     velocity = _read_field(last / "U", 3)
@@ -496,7 +505,6 @@ def _measure(
         "pressure_kinematic": gap.raw,
         # Σ u_x dy dz over a voxel column's cells, per voxel of width: cells of side 1/r, r columns across.
         "flux": by_column(ux).sum(axis=2) / r**3,
-        "aperture": fluid.sum(axis=2).astype(np.int64),
         "active": active,
         "flow_rate": q_out,
         "conductance": q_out * VISCOSITY / (gap.inlet - gap.outlet),
