@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowlearn.data.lbm import LBMResult, LBMSettings, simulate
+from flowlearn.data.lbm import LBMSettings, simulate
 from flowlearn.data.roughness import RoughFracture, refine
-from flowlearn.data.stokes import StokesResult, StokesSettings, extrapolate
+from flowlearn.data.stokes import StokesSettings, extrapolate
 from flowlearn.data.stokes import solve as solve_stokes
-from flowlearn.data.voxels import voxelize
+from flowlearn.data.voxels import ReferenceFlow, voxelize
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Resolution:
     stokes_conductance: float = math.nan
 
 
-def coarse_conductance(result: LBMResult | StokesResult, factor: int) -> float:
+def coarse_conductance(result: ReferenceFlow, factor: int) -> float:
     """The conductance of a run on the grid ``factor`` times finer, as the coarse grid would measure it: in coarse
     voxels³, and between the coarse grid's end columns.
 
@@ -70,7 +70,7 @@ def coarse_conductance(result: LBMResult | StokesResult, factor: int) -> float:
     return result.conductance / factor**3 * fine_length / (coarse_columns - 1)
 
 
-def coarse_departure(result: LBMResult, factor: int) -> np.ndarray:
+def coarse_departure(result: ReferenceFlow, factor: int) -> np.ndarray:
     """The pressure of ``result`` minus its straight line 2 - c/(W-1), averaged over the active cells of each
     ``factor`` x ``factor`` block."""
     h, w = (n // factor for n in result.pressure.shape)

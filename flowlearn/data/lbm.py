@@ -40,7 +40,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from flowlearn.checks import check_setting, is_integer, is_number
-from flowlearn.data.voxels import active_cells, add_reservoirs, gap_pressure
+from flowlearn.data.voxels import ReferenceFlow, active_cells, add_reservoirs, gap_pressure
 from flowlearn.errors import ReferenceConvergenceError, UnavailableError
 
 CS2 = 1.0 / 3.0  # squared lattice speed of sound: p = cs² ρ in lattice units
@@ -128,39 +128,24 @@ class LBMSettings:
 
 
 @dataclass(frozen=True)
-class LBMResult:
-    """Outcome of one run.
+class LBMResult(ReferenceFlow):
+    """Outcome of one run: the :class:`~flowlearn.data.voxels.ReferenceFlow` fields in lattice units, and
 
     Attributes:
-        pressure: float64 (H, W), flux-weighted gap-averaged pressure normalised to inlet 2 and outlet 1
-            (dimensionless); inactive cells hold the uniform-permeability profile 2 - c/(W-1) as a placeholder.
+        flux: Σ_z u_x over fluid voxels. For a parabolic profile this sum exceeds the integral by the midpoint-rule
+            error, a factor 1 + 1/(2b²) for an aperture of b voxels.
+        flow_rate: Σ u_x over the outlet column's fluid voxels (voxels³ per step).
+        flux_imbalance: (max - min) / mean over the columns of their flux Σ u_x.
         pressure_lattice: float64 (H, W), flux-weighted gap-averaged pressure cs²ρ in lattice units (NaN where
-            inactive).
-        flux: float64 (H, W), depth-integrated flux along x per unit width, Σ_z u_x over fluid voxels, lattice
-            units. For a parabolic profile this sum exceeds the integral by the midpoint-rule error, a factor
-            1 + 1/(2b²) for an aperture of b voxels.
+            inactive); the conductance takes μ = ν (unit density).
         velocity: float64 (H, W, D), x-velocity in every voxel (0 in solid), lattice units.
-        aperture: int64 (H, W), fluid voxels per column (the voxelised aperture).
-        active: bool (H, W), cells with fluid that connect (4-neighbour, as in the Darcy grid) to inlet or outlet.
-        flow_rate: Q, the flux through the outlet column, Σ u_x over its fluid voxels (voxels³ per step).
-        conductance: Q μ / (p_inlet - p_outlet), voxels³, with p the mean of ``pressure_lattice`` over the active
-            cells of the inlet and outlet columns and μ = ν (unit density): the flow rate per unit pressure drop
-            and viscosity, which is Σ T Δh of a Darcy model with heads dropping by 1 and T in voxels³.
-        flux_imbalance: (max - min) / mean over the columns of their flux Σ u_x: 0 at an exact steady state.
         steps: time steps run; converged: whether the criterion was met; residual: the last relative change of Q.
         seconds: wall time of the time loop; mlups: million lattice-cell updates per second (all cells of the box).
         device: "cpu" or "gpu".
     """
 
-    pressure: np.ndarray
     pressure_lattice: np.ndarray
-    flux: np.ndarray
     velocity: np.ndarray
-    aperture: np.ndarray
-    active: np.ndarray
-    flow_rate: float
-    conductance: float
-    flux_imbalance: float
     steps: int
     converged: bool
     residual: float

@@ -48,7 +48,14 @@ from tqdm.auto import tqdm
 
 from flowlearn.checks import available_memory, check_setting, is_integer, is_number
 from flowlearn.data.schema import Fracture
-from flowlearn.data.voxels import GapPressure, active_cells, add_reservoirs, fracture_voxels, gap_pressure
+from flowlearn.data.voxels import (
+    GapPressure,
+    ReferenceFlow,
+    active_cells,
+    add_reservoirs,
+    fracture_voxels,
+    gap_pressure,
+)
 from flowlearn.errors import OutputError, ProblemError, ReferenceConvergenceError, UnavailableError
 
 # The OpenFOAM tools the solve runs, in order.
@@ -119,34 +126,24 @@ class StokesSettings:
 
 
 @dataclass(frozen=True)
-class StokesResult:
-    """Outcome of a Stokes solve, in the LBM's convention (:class:`~flowlearn.data.lbm.LBMResult`).
+class StokesResult(ReferenceFlow):
+    """Outcome of a Stokes solve: the :class:`~flowlearn.data.voxels.ReferenceFlow` fields (lengths in voxels, time
+    in seconds of the case's ν = 1 voxel²/s), and
 
     Attributes:
-        pressure: float64 (H, W), flux-weighted gap-averaged pressure normalised to inlet 2 and outlet 1; inactive
-            cells hold the placeholder 2 - c/(W-1).
-        pressure_kinematic: float64 (H, W), the same before normalising, voxels²/s² (NaN where inactive).
-        flux: float64 (H, W), depth-integrated flux along x per unit width, voxels²/s.
-        aperture: int64 (H, W), fluid voxels per column (as the LBM counts them: pockets included).
-        active: bool (H, W), cells whose meshed fluid (:func:`connected_fluid`) joins the inlet or outlet column.
-        flow_rate: Q, the flow through the outlet face, voxels³/s.
-        conductance: Q ν / (p_in - p_out), voxels³, p_in and p_out the means of ``pressure_kinematic`` over the
-            active cells of the first and last columns.
-        flux_imbalance: |Q_in - Q_out| / Q_out between the inlet and outlet faces: 0 at a steady state.
+        aperture: as the LBM counts it, pockets of fluid cut off from the flow included.
+        active: cells whose meshed fluid (:func:`connected_fluid`) joins the inlet or outlet column.
+        flow_rate: the flow through the outlet face, voxels³/s.
+        flux_imbalance: |Q_in - Q_out| / Q_out between the inlet and outlet faces.
+        pressure_kinematic: float64 (H, W), the gap-averaged pressure before normalising, voxels²/s² (NaN where
+            inactive).
         iterations: SIMPLE iterations run.
         cells: finite-volume cells of the mesh.
         openfoam: the build of OpenFOAM that solved, as its tools print it ("OPENFOAM=1912 patch=200626").
         seconds: wall time of the meshing and the solve.
     """
 
-    pressure: np.ndarray
     pressure_kinematic: np.ndarray
-    flux: np.ndarray
-    aperture: np.ndarray
-    active: np.ndarray
-    flow_rate: float
-    conductance: float
-    flux_imbalance: float
     iterations: int
     cells: int
     openfoam: str

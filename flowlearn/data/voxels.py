@@ -82,6 +82,32 @@ def add_reservoirs(fluid: np.ndarray, columns: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class ReferenceFlow:
+    """What every reference solver (LBM, Stokes) reports of a fracture, in the dataset's convention.
+
+    Attributes:
+        pressure: float64 (H, W), flux-weighted gap-averaged pressure normalised to inlet 2 and outlet 1
+            (dimensionless); inactive cells hold the uniform-permeability profile 2 - c/(W-1) as a placeholder.
+        flux: float64 (H, W), depth-integrated flux along x per unit width, in the solver's units.
+        aperture: int64 (H, W), fluid voxels per column (the voxelised aperture).
+        active: bool (H, W), cells whose fluid connects (4-neighbour, as in the Darcy grid) to inlet or outlet.
+        flow_rate: Q, the flow through the outlet, in the solver's units.
+        conductance: Q μ / (p_in - p_out), voxels³, p_in and p_out the gap-averaged pressures of the first and last
+            columns (:func:`gap_pressure`): the flow rate per unit pressure drop and viscosity, which is Σ T Δh of
+            a Darcy model with heads dropping by 1 and T in voxels³.
+        flux_imbalance: how far the flow is from conserved between inlet and outlet: 0 at an exact steady state.
+    """
+
+    pressure: np.ndarray
+    flux: np.ndarray
+    aperture: np.ndarray
+    active: np.ndarray
+    flow_rate: float
+    conductance: float
+    flux_imbalance: float
+
+
+@dataclass(frozen=True)
 class GapPressure:
     """The 2D pressure of a 3D flow in the dataset's convention.
 
