@@ -13,9 +13,10 @@ no-slip walls. The boundary conditions are the LBM's:
 
     ∇·u = 0,    (u·∇)u = -∇p + ν ∇²u,
 
-with p the kinematic pressure, at a Reynolds number of about 1e-3 (p_in / ν² = 0.01), where they are Stokes'
-equations. Lengths are in voxels. The solve is steady when the normalised initial residuals of p and u fall below
-``tolerance``.
+with p the kinematic pressure, at Reynolds numbers b³ p_in / (12 ν² L) below 1e-3 for gaps b up to 40 voxels over
+L = 100 columns (p_in / ν² = 1e-4), where they are Stokes' equations. Lengths are in voxels. Only the fluid that
+shares faces with the reservoirs is meshed (:func:`connected_fluid`). The solve is steady when the normalised
+initial residual of the pressure falls below ``tolerance``.
 
 Its result is measured as the LBM's (:func:`~flowlearn.data.voxels.gap_pressure`): the flux-weighted gap-averaged
 pressure of each voxel column (over the r x r x rD cells it holds), normalised to 2 at the inlet and 1 at the outlet
@@ -63,10 +64,9 @@ TOOLS = ("blockMesh", "subsetMesh", "simpleFoam")
 # Where Debian's package keeps OpenFOAM's etc/ (its default dictionaries); the tools find it through
 # WM_PROJECT_DIR, which only sourcing OpenFOAM's bashrc would set.
 DEBIAN_PROJECT_DIR = "/usr/share/openfoam"
-# Kinematic viscosity and inlet pressure, voxels²/s and voxels²/s²: p_in / ν² = 0.01 keeps the Reynolds number of a
-# gap of tens of voxels near 1e-3 (Stokes flow), as the LBM's density drop does.
+# Kinematic viscosity and inlet pressure, voxels²/s and voxels²/s²: Stokes flow (see the module docstring).
 VISCOSITY = 1.0
-INLET_PRESSURE = 0.01
+INLET_PRESSURE = 1e-4
 # Peak memory of the meshing (blockMesh holds the whole box, fluid and solid) and of simpleFoam, bytes per cell: the
 # largest tool's peak resident memory was 1.75 kB per fluid cell (0.89 kB per box cell) for a 64x64 fracture split
 # 3x3x3 (1.1 million fluid cells, 1.9 GB), 1.9 kB at 2x2x2; these bound it with a margin of about a fifth.
