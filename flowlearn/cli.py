@@ -566,25 +566,43 @@ def _stokes_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--voxel-size",
         type=_positive_float,
+        metavar="M",
         help="metres per voxel, for files that do not store it (default: each fracture's own)",
     )
     p.add_argument(
         "--cells-per-voxel",
         type=int,
+        metavar="R",
         default=d.cells_per_voxel,
         help="finite-volume cells along each side of a voxel (cost grows as its fourth power)",
     )
     p.add_argument(
-        "--reservoir", type=int, default=d.reservoir, help="open columns before/after the fracture"
+        "--reservoir",
+        type=int,
+        metavar="N",
+        default=d.reservoir,
+        help="open columns before/after the fracture",
     )
     p.add_argument(
-        "--tolerance", type=float, default=d.tolerance, help="steady when the pressure's residual is below"
+        "--tolerance",
+        type=float,
+        metavar="T",
+        default=d.tolerance,
+        help="steady when the pressure's residual is below",
     )
     p.add_argument(
-        "--max-iterations", type=int, default=d.max_iterations, help="fail when not steady by then"
+        "--max-iterations",
+        type=int,
+        metavar="N",
+        default=d.max_iterations,
+        help="fail when not steady by then",
     )
-    p.add_argument("--processes", type=int, default=d.processes, help="MPI processes of each solve")
-    p.add_argument("--case-dir", help="keep each fracture's OpenFOAM case in CASE_DIR/NAME (for ParaView)")
+    p.add_argument(
+        "--processes", type=int, metavar="N", default=d.processes, help="MPI processes of each solve"
+    )
+    p.add_argument(
+        "--case-dir", metavar="DIR", help="keep each fracture's OpenFOAM case in DIR/NAME (for ParaView)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -649,8 +667,8 @@ COMMANDS = (
         "an independent Stokes solve (OpenFOAM) of each fracture, against its reference",
         "Mesh the fluid voxels of each fracture of DATA exactly as the LBM saw them (the same reservoirs, symmetry "
         "planes and no-slip walls), solve steady Stokes flow with OpenFOAM's simpleFoam, and print its flow rate "
-        "and its flux-weighted gap-averaged pressure against the file's reference: Q/Q_ref and the departure error "
-        "(1 - R²). Needs OpenFOAM (apt-get install openfoam).",
+        "and its flux-weighted gap-averaged pressure against the file's reference: Q/Q_ref, and the pressure's 1 - R² "
+        "and departure error. Needs OpenFOAM (apt-get install openfoam).",
         _stokes_arguments,
         _run_stokes,
     ),
