@@ -1,9 +1,11 @@
 """The independent Stokes solve (OpenFOAM): exact on plates, in the LBM's convention, and agreeing with the LBM.
 
 On plates b voxels apart the finite-volume scheme (cells of side 1/r, no-slip faces on the walls) carries exactly
-G b³ / (12 ν) (1 + 2 / (r b)²) per unit width under a pressure gradient G: the midpoint sum of its parabola, whose
-wall cells sit 1/(2r) from the walls (derived in docs/laws.md's resolution section). Two refinements therefore
-extrapolate to the plates' exact conductance.
+G b³ / (12 ν) (1 + 2 / (r b)²) per unit width under a pressure gradient G. With h = 1/r, the velocities
+u_i = G/(2ν) (y_i (b - y_i) + h²/4) at the cell centres y_i solve its equations: the three-point Laplacian is exact on
+a parabola, and in a wall cell the one-sided gradient u_0 / (h/2) balances with that constant. Their sum times h is
+G/(2ν) (b³/6 + b h²/12 + b h²/4) (the midpoint rule on the parabola, then the constant). Two refinements therefore
+extrapolate to the plates' exact conductance (docs/data.md, "Exact on plates").
 """
 
 from __future__ import annotations
