@@ -135,15 +135,7 @@ def generate_fracture(
     result = simulate(fluid, settings, progress=progress)
     fracture = Fracture(
         name=name,
-        aperture=result.aperture * voxel_size,
-        pressure=result.pressure,
-        mask=result.active,
-        voxel_size=voxel_size,
-        inlet_pressure=2.0,
-        outlet_pressure=1.0,
-        flow_axis="x",
-        # The conductance is in voxels³ per unit of (pressure drop / viscosity); the heads drop by 1.
-        flow_rate=result.conductance * voxel_size**3,
+        **result.fracture_fields(voxel_size),
         bottom=walls.bottom * voxel_size,
         top=walls.top * voxel_size,
     )

@@ -56,6 +56,7 @@ from flowlearn.data.voxels import (
     add_reservoirs,
     fracture_voxels,
     gap_pressure,
+    joined_to_ends,
 )
 from flowlearn.errors import OutputError, ProblemError, ReferenceConvergenceError, UnavailableError
 
@@ -274,9 +275,7 @@ def connected_fluid(box: np.ndarray) -> np.ndarray:
     """The fluid of ``box`` (bool (H, W', D), reservoirs included) that a path of shared faces joins to the inlet or
     outlet face: the finite-volume mesh. A pocket enclosed by solid, or touching the rest only along an edge or at a
     corner, has no pressure level of its own to solve for, and would make the pressure equation singular."""
-    labels, _ = ndimage.label(box)  # face (6-) connectivity, as the cells of a mesh connect
-    keep = np.union1d(labels[:, 0], labels[:, -1])
-    return np.isin(labels, keep[keep > 0])
+    return joined_to_ends(ndimage.label(box)[0])  # face (6-) connectivity, as the cells of a mesh connect
 
 
 def _foam_header(cls: str, name: str) -> str:
@@ -363,15 +362,19 @@ boundaryField
         path.write_text(_foam_header(cls, path.name) + body)
 
 
-def _cell_labels(box: np.ndarray, r: int) -> np.ndarray:
-    """blockMesh's labels of the fluid cells of ``box`` split r³: the label of cell (x, y, z) is
+def _split(box: np.ndarray, r: int) -> np.ndarray:
+    """``box`` with each voxel split into r x r x r cells: bool (rH, rW', rD)."""
+    return box.repeat(r, axis=0).repeat(r, axis=1).repeat(r, axis=2)
+
+
+def _cell_labels(cells: np.ndarray) -> np.ndarray:
+    """blockMesh's labels of the fluid ``cells`` (bool (ny, nx, nz)): the label of cell (x, y, z) is
     x + nx (y + ny z), and subsetMesh keeps the cells in that order."""
-    fine = box.repeat(r, axis=0).repeat(r, axis=1).repeat(r, axis=2)
-    return np.flatnonzero(fine.transpose(2, 0, 1).ravel())
+    return np.flatnonzero(cells.transpose(2, 0, 1).ravel())
 
 
 def _write_cell_set(case: Path, box: np.ndarray, r: int) -> None:
-    labels = _cell_labels(box, r)
+    labels = _cell_labels(_split(box, r))
     sets = case / "constant/polyMesh/sets"
     sets.mkdir(exist_ok=True)
     with open(sets / "fluid", "w") as out:
@@ -473,7 +476,8 @@ def _measure(case: Path, box: np.ndarray, settings: StokesSettings, iterations: 
     fluid = box[:, n : box.shape[1] - n]
     active = active_cells(fluid)
     height, width, depth = fluid.shape
-    labels = _cell_labels(box, r)
+    cells = _split(box, r)
+    labels = _cell_labels(cells)
     velocity = _read_field(last / "U", 3)
     pressure = _read_field(last / "p", 1)
     if len(velocity) != labels.size or len(pressure) != labels.size:
@@ -492,7 +496,7 @@ def _measure(case: Path, box: np.ndarray, settings: StokesSettings, iterations: 
         return blocks.reshape(height, width, -1)
 
     ux, uy = on_box(velocity[:, 0]), on_box(velocity[:, 1])
-    fine_fluid = by_column(box.repeat(r, axis=0).repeat(r, axis=1).repeat(r, axis=2))
+    fine_fluid = by_column(cells)
     gap: GapPressure = gap_pressure(
         by_column(on_box(pressure)), by_column(np.hypot(ux, uy)), fine_fluid, active
     )
@@ -527,13 +531,6 @@ def stokes_fracture(
     result = solve(fluid, settings, case_dir=case_dir, progress=progress)
     return replace(
         fracture,
-        aperture=result.aperture * size,
-        pressure=result.pressure,
-        mask=result.active,
-        voxel_size=size,
-        inlet_pressure=2.0,
-        outlet_pressure=1.0,
-        # The conductance is in voxels³ per unit of (pressure drop / viscosity); the heads drop by 1.
-        flow_rate=result.conductance * size**3,
+        **result.fracture_fields(size),
         provenance={"source": fracture.provenance, **result.provenance(settings)},
     )

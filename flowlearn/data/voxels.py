@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import ndimage
@@ -67,6 +68,12 @@ def active_cells(fluid: np.ndarray) -> np.ndarray:
     labels, _ = ndimage.label(fluid.any(axis=2))
     if not np.intersect1d(labels[:, 0], labels[:, -1]).any():
         raise ProblemError("no fluid path joins the inlet column to the outlet column; nothing would flow")
+    return joined_to_ends(labels)
+
+
+def joined_to_ends(labels: np.ndarray) -> np.ndarray:
+    """The cells (bool, shaped like ``labels``) of the components of ``labels`` (ndimage's, 0 for none) that reach
+    the first or the last index of axis 1, the flow's: the inlet or the outlet."""
     keep = np.union1d(labels[:, 0], labels[:, -1])
     return np.isin(labels, keep[keep > 0])
 
@@ -105,6 +112,21 @@ class ReferenceFlow:
     flow_rate: float
     conductance: float
     flux_imbalance: float
+
+    def fracture_fields(self, voxel_size: float) -> dict[str, Any]:
+        """The :class:`~flowlearn.data.schema.Fracture` fields of this flow on voxels of ``voxel_size`` metres:
+        aperture, pressure (heads 2 and 1 along x), mask and flow rate."""
+        return {
+            "aperture": self.aperture * voxel_size,
+            "pressure": self.pressure,
+            "mask": self.active,
+            "voxel_size": voxel_size,
+            "inlet_pressure": 2.0,
+            "outlet_pressure": 1.0,
+            "flow_axis": "x",
+            # The conductance is in voxels³ per unit of (pressure drop / viscosity); the heads drop by 1.
+            "flow_rate": self.conductance * voxel_size**3,
+        }
 
 
 @dataclass(frozen=True)
