@@ -36,7 +36,8 @@ from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.data.datamodule import find_fractures, split_fractures
 from flowlearn.data.inclination import aperture_slope, inclination_tensor
 from flowlearn.data.schema import Fracture, read_fracture
-from flowlearn.models.baselines import baseline_log_t, wedge_factor
+from flowlearn.models.baselines import baseline_log_t
+from flowlearn.models.laws import wedge_factor
 from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE, fracture_metrics
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -454,15 +454,61 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _run_ensemble(args: argparse.Namespace) -> int:
+    from flowlearn.data.schema import check_writable
+    from flowlearn.reporting.ensemble import MIN_MEMBERS, write_ensemble
+
+    if len(args.predictions) < MIN_MEMBERS:
+        raise SettingError(
+            "PREDICTIONS", f"must be at least {MIN_MEMBERS} files (the members), got {len(args.predictions)}"
+        )
+    if any(Path(path).resolve() == Path(args.output).resolve() for path in args.predictions):
+        raise SettingError("--output", f"{args.output} is one of the members: give a new file")
+    check_writable(args.output)
+    count = write_ensemble(args.predictions, args.output, args.level)
+    print(
+        f"wrote the ensemble of {len(args.predictions)} members' predictions of {count} fracture(s) to {args.output}"
+    )
+    return 0
+
+
+def _ensemble_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("predictions", nargs="+", help="the members' predictions files (two or more)")
+    p.add_argument("-o", "--output", required=True, help="predictions file to write")
+    p.add_argument(
+        "--level",
+        type=_probability,
+        default=0.9,
+        help="level of each flow rate's interval, in (0, 1) (default 0.9)",
+    )
+
+
+def _probability(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text}")
+    return value
+
+
 def _run_evaluate(args: argparse.Namespace) -> int:
     from flowlearn.errors import DataValidationError
-    from flowlearn.reporting.heldout import held_out, verdict_table
+    from flowlearn.reporting.ensemble import ensemble_coverage
+    from flowlearn.reporting.heldout import held_out, outside_training, verdict_table
 
     try:
         result = held_out(args.predictions, args.split)
     except ValueError as err:
         raise DataValidationError(str(err)) from err
     print(verdict_table(result))
+    interval = ensemble_coverage(args.predictions, args.split)
+    if interval:
+        print(interval)
+    for line in outside_training(args.predictions, args.split):
+        print(f"flowlearn evaluate: warning: {line}", file=sys.stderr)
     return 0
 
 
@@ -694,6 +740,16 @@ COMMANDS = (
         "range over the training split is one warning line on stderr.",
         _predict_arguments,
         _run_predict,
+    ),
+    Command(
+        "ensemble",
+        "combine the predictions of K trained runs into one, with an interval for each flow rate",
+        "Combine PREDICTIONS (the predictions.h5 of K runs of one configuration, e.g. a sweep seed=0,1,2,3,4 with "
+        "data.seed fixed, or the files flowlearn predict wrote with each) into OUTPUT: per fracture the geometric "
+        "mean of the members' flow rates with its Student-t prediction interval at --level, and the mean pressure. "
+        "flowlearn evaluate OUTPUT then says how often the interval holds the reference flow rate.",
+        _ensemble_arguments,
+        _run_ensemble,
     ),
 )
 

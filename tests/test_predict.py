@@ -96,7 +96,7 @@ def test_predict_writes_aperture_maps_without_a_reference_and_training_refuses_t
     shutil.copytree(run, old)
     config = old / ".hydra" / "config.yaml"
     config.write_text(
-        config.read_text().replace("flowlearn.models.InclinedCubicLaw", "flowlearn.models.CubicLaw")
+        config.read_text().replace("flowlearn.models.ClosedFormLaw", "flowlearn.models.CubicLaw")
     )
     command = [
         sys.executable,
@@ -152,13 +152,13 @@ def test_the_checkpoint_keeps_the_inputs_and_the_training_range_of_each_statisti
     training = _training_fractures(run, data)
     assert len(training) == 4
     apertures = [fracture.aperture for fracture in training]
-    means = [a.mean() for a in apertures]
+    means = [a.mean() / fracture.voxel_size for a, fracture in zip(apertures, training)]  # in voxels
     expected = {
-        "mean_aperture": means,
-        "relative_std": [a.std() / m for a, m in zip(apertures, means)],
+        "relative_std": [a.std() / a.mean() for a in apertures],
         "contact_fraction": [(a == 0).sum() / a.size for a in apertures],
-        "height": [12.0],
-        "width": [16.0],
+        "aperture_voxels": means,
+        "length": [16.0 / m for m in means],
+        "breadth": [12.0 / m for m in means],
     }
     assert set(record["statistics"]) == set(expected)
     for name, values in expected.items():
@@ -172,34 +172,61 @@ def test_predict_warns_for_each_statistic_outside_the_training_range(walled_run,
     write_fractures(inside, training)
     result = _predict(run, inside, tmp_path / "inside_predicted.h5")
     assert result.returncode == 0 and result.stderr == ""
-    # 16 times the lengths: the same roughness and contacts (scaling by a power of 2 is exact), 16 times the gap.
+    # The same fractures 16 times larger with their voxels: the same statistics, no warning.
     scaled = [
-        dataclasses.replace(fr, aperture=16 * fr.aperture, bottom=16 * fr.bottom, top=16 * fr.top)
+        dataclasses.replace(
+            fr,
+            aperture=16 * fr.aperture,
+            bottom=16 * fr.bottom,
+            top=16 * fr.top,
+            voxel_size=16 * fr.voxel_size,
+        )
+        for fr in training
+    ]
+    # Twice the gap on the same voxels (a finer resolution of the gap, a map fewer gaps long), and a larger map.
+    wider = [
+        dataclasses.replace(fr, name=f"wider_{fr.name}", aperture=2 * fr.aperture, top=fr.top + fr.aperture)
         for fr in training
     ]
     larger = walled_fracture("larger", (24, 40), seed=99)
     outside = tmp_path / "outside.h5"
-    write_fractures(outside, [*scaled, larger])
+    write_fractures(outside, [*scaled, *wider, larger])
     result = _predict(run, outside, tmp_path / "outside_predicted.h5")
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
+    assert not [line for line in lines if any(f"group '{fr.name}'" in line for fr in scaled)]
     low, high = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["training_data"][
         "statistics"
-    ]["mean_aperture"]
-    for fracture in scaled:
-        (line,) = [line for line in lines if f"group '{fracture.name}'" in line]
-        assert line == (
-            f"flowlearn predict: warning: {outside}: group '{fracture.name}': mean aperture "
-            f"{fracture.aperture.mean():.4g} m is outside the training range [{low:.4g}, {high:.4g}] m"
-        )
+    ]["aperture_voxels"]
+    for fracture in wider:
+        mean = fracture.aperture.mean() / fracture.voxel_size
+        if mean <= high:
+            continue
+        assert (
+            f"flowlearn predict: warning: {outside}: group '{fracture.name}': mean aperture {mean:.4g} pixels is "
+            f"outside the training range [{low:.4g}, {high:.4g}] pixels: {mean / high:.3g} times the highest"
+        ) in lines
+    assert any("group 'wider_" in line and "mean aperture" in line for line in lines)
     larger_lines = [line for line in lines if "group 'larger'" in line]
-    assert any(
-        "map height 24 pixels is outside the training range [12, 12] pixels" in line for line in larger_lines
-    )
-    assert any(
-        "map width 40 pixels is outside the training range [16, 16] pixels" in line for line in larger_lines
-    )
-    assert len(read_predictions(tmp_path / "outside_predicted.h5")) == len(scaled) + 1
+    assert any("map length along the flow" in line and "times the highest" in line for line in larger_lines)
+    assert any("map breadth across the flow" in line for line in larger_lines)
+    # evaluate says the same of the fractures it evaluates, from what the predictions file records.
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "flowlearn.cli", "evaluate", str(tmp_path / "outside_predicted.h5"), "--split", "predict"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr
+
+    def said(stderr: str) -> set[tuple[str, str]]:
+        """(fracture, statistic line) of each warning line, the fracture's group name without its file prefix."""
+        pairs = set()
+        for line in stderr.splitlines():
+            group, what = line.split(": group '", 1)[1].split("': ", 1)
+            pairs.add((group.split("__")[-1], what))
+        return pairs
+
+    assert said(evaluated.stderr) == said(result.stderr) != set()
+    assert len(read_predictions(tmp_path / "outside_predicted.h5")) == 2 * len(scaled) + 1
 
 
 def test_predict_refuses_maps_without_the_walls_its_model_reads(walled_run, tmp_path):

@@ -108,7 +108,7 @@ def test_run_report_has_figures_metrics_and_config(flowlearn, run, tmp_path):
         report,
     )
     assert "epochs trained: 3" in report
-    assert "model=cnn" in report and "law=inclined" in report
+    assert "model=cnn" in report and "law=mlcl" in report
     assert "max_epochs: 3" in report  # the config
 
 

@@ -22,7 +22,7 @@ import torch
 from conftest import EXAMPLE_FRACTURE
 
 from flowlearn import DarcyProblem, solve_pressure
-from flowlearn.data.inclination import inclination_tensor
+from flowlearn.data.inclination import aperture_slope, inclination_tensor
 from flowlearn.data.roughness import RoughnessParams, rough_fracture
 from flowlearn.data.schema import Fracture, read_fracture, write_fractures
 from flowlearn.models.baselines import BASELINE_NAMES
@@ -112,14 +112,23 @@ def test_readme_run_command_trains_on_the_embedded_dataset(tmp_path):
         assert len({float(g.attrs["power_exponent"]) for g in f.values()}) == 1
         assert 0 < group.attrs["power_exponent"] < 6
         active = group["active"][()]
-        # T = Ap^3/12 * I * W, the default law with the inclination tensor I of the fracture's walls, in the
-        # solve's form (log T_xx, log T_yy, rho): the written fields agree with it.
-        # (groups are named "<file stem>__<group>")
+        # T = Ap^3/12 * I * C * W, the default law with the inclination tensor I of the fracture's walls and the
+        # wedge factor C of its aperture map's slope along each axis, in the solve's form (log T_xx, log T_yy, rho):
+        # the written fields agree with it. (groups are named "<file stem>__<group>")
         fracture = read_fracture(ROOT / "data" / "fractures.h5", group.name.split("__", 1)[1])
         log_xx, log_yy, rho = inclination_tensor(fracture)
+        slope_x, slope_y = aperture_slope(fracture)
+        # C(g) = 3(g - arctan g)/g^3, by its Taylor series 1 - 3g^2/5 + 3g^4/7 where the closed form cancels.
+        wedge_x, wedge_y = (
+            np.where(
+                g < 1e-2, 1 - 3 * g**2 / 5 + 3 * g**4 / 7, 3 * (g - np.arctan(g)) / np.maximum(g, 1e-2) ** 3
+            )
+            for g in (np.abs(slope_x), np.abs(slope_y))
+        )
         log_lcl = np.log(group["aperture"][()] ** 3 / 12 * group["correction"][()])
         written = group["log_k"][()]
-        for channel, expected in enumerate((log_lcl + log_xx, log_lcl + log_yy, rho)):
+        expected_channels = (log_lcl + log_xx + np.log(wedge_x), log_lcl + log_yy + np.log(wedge_y), rho)
+        for channel, expected in enumerate(expected_channels):
             np.testing.assert_allclose(written[channel][active], expected[active], rtol=1e-12, atol=1e-15)
 
     # `flowlearn predict` rebuilds the model from the run directory alone and reproduces the run's predictions.

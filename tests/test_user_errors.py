@@ -150,6 +150,8 @@ CONFIG_ROWS = [
     ("model.depth=-3", "model.depth must be a positive integer, got -3"),
     ("model.channels=0", "model.channels must be a positive integer, got 0"),
     ("model.channels=1.5", "model.channels must be a positive integer, got 1.5"),
+    ("model.exact_on_plates=maybe", "model.exact_on_plates must be true or false, got 'maybe'"),
+    ("model.exact_on_plates=1", "model.exact_on_plates must be true or false, got 1"),
     ("model.kernel_size=4", "model.kernel_size must be a positive odd integer, got 4"),
     ("model.kernel_size=abc", "model.kernel_size must be a positive odd integer"),
     ("model.inputs=[aperture,curvature]", "model.inputs must be a list of distinct inputs from ['aperture',"),
@@ -631,6 +633,22 @@ COMMAND_ROWS = [
     (["check", "{good}", "--margin", "two"], "argument --margin: invalid int value: 'two'"),
     (["check", "{good}", "--tolerance", "0"], "argument --tolerance: must be a number > 0, got 0"),
     (["check", "{good}", "--tolerance", "nan"], "argument --tolerance: must be a number > 0, got nan"),
+    (["ensemble", "{good}", "-o", "{tmp}/e.h5"], "PREDICTIONS must be at least 2 files (the members), got 1"),
+    (
+        ["ensemble", "{good}", "{good}", "-o", "{good}"],
+        "--output {good} is one of the members: give a new file",
+    ),
+    (["ensemble", "{tmp}/missing.h5", "{good}", "-o", "{tmp}/e.h5"], "no predictions file {tmp}/missing.h5"),
+    (["ensemble", "{good}", "{good}", "-o", "{tmp}/e.h5"], "{good}: group 'f0' has no predictions"),
+    (
+        ["ensemble", "{good}", "{good}", "-o", "{tmp}/e.h5", "--level", "1"],
+        "--level: must be a number in (0, 1)",
+    ),
+    (
+        ["ensemble", "{good}", "{good}", "-o", "{tmp}/e.h5", "--level", "x"],
+        "--level: invalid float value: 'x'",
+    ),
+    (["ensemble", "{good}", "{good}"], "the following arguments are required: -o/--output"),
     (["stokes"], "the following arguments are required: data"),
     (["stokes", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
     (
@@ -662,6 +680,62 @@ def test_command_mistakes(files, fake_run, tmp_path, capsys, argv, message):
     names = {name: str(path) for name, path in files.items()} | {"tmp": str(tmp_path), "run": str(fake_run)}
     status, err = _flowlearn(capsys, *(a.format(**names) for a in argv))
     _one_line(status, err, message.format(**names))
+
+
+@pytest.fixture(scope="module")
+def trained_runs(files, tmp_path_factory) -> dict[str, Path]:
+    """Two short real runs on the good dataset: the CNN under law=lcl, and a U-Net."""
+    base = tmp_path_factory.mktemp("trained")
+    runs = {}
+    for name, overrides in (
+        ("cnn", ["law=lcl"]),
+        ("unet", ["model=unet", "model.channels=2", "model.levels=1"]),
+    ):
+        runs[name] = base / name
+        command = [
+            sys.executable,
+            str(ROOT / "train.py"),
+            f"hydra.run.dir={runs[name]}",
+            f"data.path={files['good']}",
+        ]
+        command += ["trainer.max_epochs=1", "~callbacks.figures", *overrides]
+        subprocess.run(command, check=True, capture_output=True, cwd=ROOT, timeout=600)
+    return runs
+
+
+CNN_LCL = "model=cnn (channels=16, depth=3, kernel_size=5, inputs=[aperture], exact_on_plates=true)"
+
+
+@pytest.mark.parametrize(
+    "overrides, theirs, ours",
+    [
+        (["law=inclined"], "law=lcl", "law=inclined"),
+        (["law=lcl", "model=unet"], CNN_LCL, "model=unet (channels=16, levels=2, kernel_size=3"),
+        (
+            ["law=lcl", "model.inputs=[aperture,aperture_gradient]"],
+            CNN_LCL,
+            "inputs=[aperture,aperture_gradient]",
+        ),
+        (["law=lcl", "model.exact_on_plates=false"], CNN_LCL, "exact_on_plates=false"),
+    ],
+)
+def test_resuming_a_checkpoint_of_another_law_or_model(
+    files, trained_runs, tmp_path, capsys, monkeypatch, overrides, theirs, ours
+):
+    checkpoint = trained_runs["cnn"] / "checkpoints" / "last.ckpt"
+    status, err = _train_checks(
+        tmp_path, capsys, monkeypatch, [f"data.path={files['good']}", f"ckpt_path={checkpoint}", *overrides]
+    )
+    _one_line(status, err, f"ckpt_path: {checkpoint} was trained with {theirs}, and this run has", ours)
+
+
+def test_predicting_with_a_checkpoint_of_another_model(files, trained_runs, tmp_path, capsys):
+    checkpoint = trained_runs["cnn"] / "checkpoints" / "last.ckpt"
+    argv = ["predict", str(trained_runs["unet"]), str(files["good"]), "-o", str(tmp_path / "p.h5")]
+    status, err = _flowlearn(capsys, *argv, "--checkpoint", str(checkpoint))
+    trained, asked = f"law=lcl and {CNN_LCL}", "law=mlcl and model=unet (channels=2, levels=1"
+    _one_line(status, err, f"{checkpoint} was trained with {trained}, and this run has {asked}")
+    assert not (tmp_path / "p.h5").exists()
 
 
 @pytest.mark.parametrize("source, option", [("blocked", []), ("good", ["--voxel-size", "1e-10"])])

@@ -127,7 +127,22 @@ def aperture_slope(fracture: Fracture) -> np.ndarray:
 
 
 # What a law that reads the inclination does with a fracture that has no walls, for warnings that name it.
-NO_WALLS = "no walls, so the mid-surface is taken as flat (cos θ = 1): the inclined law is the LCL there"
+NO_WALLS = (
+    "no walls, so the mid-surface is taken as flat (cos θ = 1): the inclination tensor is the identity there"
+)
+# What a law that reads the aperture slope does with a fracture of unknown voxel size.
+NO_VOXEL_SIZE = "no voxel size, so the aperture slope is unknown: the wedge factor is 1 there"
+
+
+def fractures_without_slope(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """``"<path>: group '<name>'"`` for every fracture of ``paths`` whose aperture slope is unknown (no voxel size,
+    or a 3D map); reads no arrays."""
+    return [
+        f"{os.fspath(path)}: group '{info.name}'"
+        for path in paths
+        for info in list_fractures(path)
+        if not info.voxel_size_known or len(info.shape) != 2
+    ]
 
 
 def fractures_without_inclination(paths: Sequence[str | os.PathLike]) -> list[str]:

@@ -11,6 +11,10 @@ in that order, stacked into a float array (C, *shape). Each input is computed fr
   over ⟨Ap⟩. Two channels: bottom, top.
 - ``mid_surface`` (needs the walls): the mid-surface (bottom + top)/2 relative to its mean, over ⟨Ap⟩. One channel.
 
+Parallel plates, flat or tilted, have the same channels whatever their aperture, slope or size, where the inputs
+are ``aperture`` and ``aperture_gradient`` (:func:`plate_channels`): log-ratio 0, mask 1, gradient 0 (``walls`` and
+``mid_surface`` tell a tilted pair from a flat one).
+
 ⟨Ap⟩_g is the geometric and ⟨Ap⟩ the arithmetic mean of the aperture over the active pixels; wall heights and
 apertures share their unit (metres in the flowlearn layout), so every channel is a pure number (gradients per
 pixel). Only the ``aperture`` channels are zeroed at inactive pixels (where the log-aperture does not exist); the
@@ -38,12 +42,14 @@ class ModelInput:
         needs_walls: True when the fracture must store ``bottom`` and ``top``.
         channel_count: channels for a map of ``ndim`` dimensions.
         compute: ``(fracture, active) -> float64 (channels, *shape)``, ``active`` the fracture's bool mask.
+        plates: the value of each channel on flat parallel plates (a constant map), for ``ndim`` dimensions.
     """
 
     name: str
     needs_walls: bool
     channel_count: Callable[[int], int]
     compute: Callable[[Fracture, np.ndarray], np.ndarray]
+    plates: Callable[[int], tuple[float, ...]]
 
 
 def _mean_aperture(fracture: Fracture, active: np.ndarray) -> float:
@@ -81,10 +87,12 @@ def _mid_surface(fracture: Fracture, active: np.ndarray) -> np.ndarray:
 INPUTS: dict[str, ModelInput] = {
     spec.name: spec
     for spec in (
-        ModelInput("aperture", False, lambda ndim: 2, _aperture),
-        ModelInput("aperture_gradient", False, lambda ndim: ndim, _aperture_gradient),
-        ModelInput("walls", True, lambda ndim: 2, _walls),
-        ModelInput("mid_surface", True, lambda ndim: 1, _mid_surface),
+        ModelInput("aperture", False, lambda ndim: 2, _aperture, lambda ndim: (0.0, 1.0)),
+        ModelInput(
+            "aperture_gradient", False, lambda ndim: ndim, _aperture_gradient, lambda ndim: (0.0,) * ndim
+        ),
+        ModelInput("walls", True, lambda ndim: 2, _walls, lambda ndim: (-0.5, 0.5)),
+        ModelInput("mid_surface", True, lambda ndim: 1, _mid_surface, lambda ndim: (0.0,)),
     )
 }
 # What a model sees unless told otherwise: the aperture map alone, which every fracture file has.
@@ -108,6 +116,12 @@ def check_input_names(names: Sequence[str]) -> tuple[str, ...]:
 def channel_count(names: Sequence[str], ndim: int) -> int:
     """Channels of the inputs ``names`` for maps of ``ndim`` (2 or 3) dimensions."""
     return sum(INPUTS[name].channel_count(ndim) for name in check_input_names(names))
+
+
+def plate_channels(names: Sequence[str], ndim: int) -> tuple[float, ...]:
+    """The value of every channel of the inputs ``names`` on flat parallel plates (of any aperture and size), for
+    maps of ``ndim`` (2 or 3) dimensions."""
+    return tuple(value for name in check_input_names(names) for value in INPUTS[name].plates(ndim))
 
 
 def needing_walls(names: Sequence[str]) -> list[str]:

@@ -128,12 +128,13 @@ class Fracture:
 
 @dataclass(frozen=True)
 class FractureInfo:
-    """What a reader needs to plan batches without loading arrays: group name, array shape, and whether the
-    group stores the walls (``bottom`` and ``top``)."""
+    """What a reader needs to plan batches without loading arrays: group name, array shape, whether the group
+    stores the walls (``bottom`` and ``top``), and whether its voxel size is known."""
 
     name: str
     shape: tuple[int, ...]
     walls: bool = False
+    voxel_size_known: bool = False
 
 
 def _where(path: str | os.PathLike, group: str | None = None, name: str | None = None) -> str:
@@ -399,8 +400,8 @@ def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout
 
 
 def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
-    """Names, shapes and wall presence of the fractures in a file of either layout, sorted by name, without loading
-    arrays.
+    """Names, shapes, wall presence and whether the voxel size is known, of the fractures in a file of either
+    layout, sorted by name, without loading arrays.
 
     Shapes are the per-fracture array shapes, (H, W) or (D, H, W) (the leading (1, 1) of the original layout
     dropped).
@@ -415,7 +416,8 @@ def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
                 raise DataValidationError(f"{_where(path, name, key)}: missing field")
             shape = tuple(g[key].shape)
             walls = layout == "flowlearn" and all(wall in g for wall in WALL_FIELDS)
-            infos.append(FractureInfo(name, shape[2:] if layout == "original" else shape, walls))
+            voxel = layout == "flowlearn" and math.isfinite(float(g.attrs.get("voxel_size", math.nan)))
+            infos.append(FractureInfo(name, shape[2:] if layout == "original" else shape, walls, voxel))
         return infos
 
 

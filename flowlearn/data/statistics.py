@@ -1,14 +1,20 @@
-"""Aperture statistics of a fracture, their range over a set of fractures, and the inputs that fall outside it.
+"""Dimensionless statistics of a fracture, their range over a set of fractures, and the inputs that fall outside it.
 
-A trained model has seen fractures of some apertures, roughness, contact and size only; its checkpoint keeps the
-range of each statistic over the training split (:func:`statistic_ranges`), and ``flowlearn predict`` names every
-statistic of an input that lies outside it (:func:`out_of_range`). The statistics, per fracture, over all its
-cells (contact spots count as aperture 0, as in :class:`flowlearn.data.roughness.GeometryStats`):
+A trained model has seen fractures of some roughness, contact, resolution and size only; its checkpoint keeps the
+range of each statistic over the training split (:func:`statistic_ranges`), and ``flowlearn predict`` and
+``flowlearn evaluate`` name every statistic of a fracture that lies outside it, and by how much
+(:func:`out_of_range`). The statistics are pure numbers, as the model's inputs are: a fracture whose apertures,
+walls and voxel size are all scaled alike has the same statistics, and the same correction. Per fracture, over all
+its cells (contact spots count as aperture 0, as in :class:`flowlearn.data.roughness.GeometryStats`):
 
-- ``mean_aperture``: ⟨Ap⟩, in the file's unit (metres in the flowlearn layout);
 - ``relative_std``: σ(Ap)/⟨Ap⟩;
 - ``contact_fraction``: the fraction of cells with Ap = 0;
-- ``height``, ``width`` (and ``depth`` for volumes): the map's size in pixels, rows and columns.
+- ``aperture_voxels``: ⟨Ap⟩ over the voxel size, the mean gap in pixels: how finely the map resolves it;
+- ``length``, ``breadth`` (and ``depth`` for volumes): the map's size along the flow (columns), across it (rows)
+  (and in depth), in mean apertures.
+
+The last three need the voxel size (NaN without it: such a fracture is compared on the first two alone, and its
+line says so).
 """
 
 from __future__ import annotations
@@ -19,39 +25,46 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowlearn.data.schema import Fracture
-
 
 @dataclass(frozen=True)
 class Statistic:
-    """How a message names a statistic: its label and unit (empty for pure numbers)."""
+    """How a message names a statistic: its label and unit."""
 
     label: str
     unit: str = ""
 
 
 STATISTICS = {
-    "mean_aperture": Statistic("mean aperture", "m"),
     "relative_std": Statistic("aperture std / mean"),
     "contact_fraction": Statistic("contact fraction"),
-    "height": Statistic("map height", "pixels"),
-    "width": Statistic("map width", "pixels"),
-    "depth": Statistic("map depth", "pixels"),
+    "aperture_voxels": Statistic("mean aperture", "pixels"),
+    "length": Statistic("map length along the flow", "mean apertures"),
+    "breadth": Statistic("map breadth across the flow", "mean apertures"),
+    "depth": Statistic("map depth", "mean apertures"),
 }
-_SIZES = ("depth", "height", "width")  # array axes -3, -2, -1
+# The statistics that need the voxel size.
+NEED_VOXEL_SIZE = ("aperture_voxels", "length", "breadth", "depth")
+_SIZES = ("depth", "breadth", "length")  # array axes -3, -2, -1
+
+# What a fracture of unknown voxel size cannot be compared on, said once per fracture.
+NO_VOXEL_SIZE = (
+    "its voxel size is unknown, so its mean aperture in pixels and its size in mean apertures are not compared "
+    "with the training range"
+)
 
 
-def aperture_statistics(fracture: Fracture) -> dict[str, float]:
-    """The statistics of the module docstring for ``fracture``, by name (``depth`` only for volumes)."""
-    aperture = fracture.aperture.astype(np.float64)
+def aperture_statistics(aperture: np.ndarray, voxel_size: float) -> dict[str, float]:
+    """The statistics of the module docstring of an aperture map (H, W) or (D, H, W) (any unit) whose pixels are
+    ``voxel_size`` (same unit; NaN when unknown), by name (``depth`` only for volumes)."""
+    aperture = np.asarray(aperture, dtype=np.float64)
     mean = float(aperture.mean())
     statistics = {
-        "mean_aperture": mean,
         "relative_std": float(aperture.std() / mean) if mean > 0 else math.nan,
         "contact_fraction": float((aperture == 0).mean()),
+        "aperture_voxels": mean / voxel_size if mean > 0 else math.nan,
     }
     for name, size in zip(_SIZES[len(_SIZES) - aperture.ndim :], aperture.shape):
-        statistics[name] = float(size)
+        statistics[name] = size / statistics["aperture_voxels"]
     return statistics
 
 
@@ -65,25 +78,26 @@ def statistic_ranges(statistics: Iterable[Mapping[str, float]]) -> dict[str, lis
     return {name: [min(seen), max(seen)] for name, seen in values.items()}
 
 
-def out_of_range(
-    statistics: Mapping[str, float], ranges: Mapping[str, Iterable[float]], voxel_size_known: bool = True
-) -> list[str]:
-    """One line per statistic of ``statistics`` outside its range in ``ranges``: the statistic, the value and
-    the range. Statistics that either side lacks are not compared; ``voxel_size_known`` False adds to the mean
-    aperture's line that the input's apertures may not be in metres."""
+def out_of_range(statistics: Mapping[str, float], ranges: Mapping[str, Iterable[float]]) -> list[str]:
+    """One line per statistic of ``statistics`` outside its range in ``ranges``: the statistic, the value, the
+    range and how far outside (the value as a multiple of the nearer end), then, where the statistics that need the
+    voxel size are NaN and ``ranges`` has them, one line saying that they are not compared. Statistics that
+    ``ranges`` lacks (a checkpoint written before they existed) are not compared."""
     lines = []
     for name, value in statistics.items():
-        if name not in ranges or math.isnan(value):
+        if name not in ranges or name not in STATISTICS or math.isnan(value):
             continue
         low, high = ranges[name]
         if low <= value <= high:
             continue
         statistic = STATISTICS[name]
         unit = f" {statistic.unit}" if statistic.unit else ""
-        line = (
-            f"{statistic.label} {value:.4g}{unit} is outside the training range [{low:.4g}, {high:.4g}]{unit}"
+        end, word = (high, "highest") if value > high else (low, "lowest")
+        times = f"{value / end:.3g} times the {word}" if end > 0 else f"{value - end:+.3g} from the {word}"
+        lines.append(
+            f"{statistic.label} {value:.4g}{unit} is outside the training range [{low:.4g}, {high:.4g}]{unit}: "
+            f"{times}"
         )
-        if name == "mean_aperture" and not voxel_size_known:
-            line += " (the input's voxel size is unknown, so its apertures may not be in metres)"
-        lines.append(line)
+    if any(math.isnan(statistics.get(name, 0.0)) and name in ranges for name in NEED_VOXEL_SIZE):
+        lines.append(NO_VOXEL_SIZE)
     return lines

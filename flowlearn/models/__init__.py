@@ -1,14 +1,16 @@
 """Correction models, transmissivity laws and the baselines."""
 
-from flowlearn.models.baselines import BASELINES, Baseline, baseline_log_t, wedge_factor
+from flowlearn.models.baselines import BASELINES, Baseline, baseline_log_t
 from flowlearn.models.correction import CNNCorrection, PixelCorrection, UNetCorrection
 from flowlearn.models.laws import (
     ApSquaredLaw,
+    ClosedFormLaw,
     ExponentLaw,
     InclinedCubicLaw,
     LocalCubicLaw,
     PermeabilityLaw,
     power_law_log_t,
+    wedge_factor,
 )
 
 __all__ = [
@@ -16,6 +18,7 @@ __all__ = [
     "ApSquaredLaw",
     "Baseline",
     "CNNCorrection",
+    "ClosedFormLaw",
     "ExponentLaw",
     "InclinedCubicLaw",
     "LocalCubicLaw",

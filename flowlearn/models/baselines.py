@@ -50,11 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flowlearn.models.laws import power_law_log_t, tensor_law
-
-# Below this aperture gradient the wedge factor is evaluated by its series: the closed form loses digits to the
-# cancellation in g - arctan(g) (the series' first omitted term, g^6/3, is below 4e-13 here).
-WEDGE_SERIES_BELOW = 1e-2
+from flowlearn.models.laws import log_wedge, mlcl_log_t, power_law_log_t, tensor_law
 
 
 @dataclass(frozen=True)
@@ -93,25 +89,6 @@ COMPARED = "lcl"
 CLOSED_FORMS = ("lcl", "wedge", "inclined", "mlcl")
 
 
-def wedge_factor(slope: torch.Tensor) -> torch.Tensor:
-    """C(g) = 3(g − arctan g)/g³: the ratio of the Stokes flow between two plates that open at the angle θ = arctan g
-    to the flow the local cubic law gives them (Brush & Thomson 2003, eq. 33, after Nicholl et al. 1999); C(0) = 1,
-    C(g) ≈ 1 − 3g²/5 for small g, C → 3/g² for steep walls.
-
-    Args:
-        slope: the aperture gradient g (dimensionless, any sign), float64 of any shape.
-
-    Returns:
-        C(|g|), float64, the same shape, in (0, 1].
-    """
-    g = slope.abs()
-    small = g < WEDGE_SERIES_BELOW
-    safe = torch.where(small, 1.0, g)
-    closed = 3 * (safe - torch.atan(safe)) / safe**3
-    series = 1 - 3 * g**2 / 5 + 3 * g**4 / 7
-    return torch.where(small, series, closed)
-
-
 def best_closed_form(values: Mapping[str, float]) -> tuple[str, float] | None:
     """(name, value) of the closed form (:data:`CLOSED_FORMS`) with the lowest finite value among ``values`` (a
     metric by baseline name, lower is better), or None where none has one."""
@@ -120,11 +97,6 @@ def best_closed_form(values: Mapping[str, float]) -> tuple[str, float] | None:
         return None
     value, name = min(finite)
     return name, value
-
-
-def _log_wedge(aperture_slope: torch.Tensor) -> torch.Tensor:
-    """log C of the wedge factor along x and y, (B, 2, *shape), from the aperture slope (B, 2, *shape)."""
-    return torch.log(wedge_factor(aperture_slope))
 
 
 def baseline_log_t(
@@ -161,13 +133,9 @@ def baseline_log_t(
     walls = bool(torch.isfinite(inclination).all())
     slope = bool(torch.isfinite(aperture_slope).all())
     if name == "wedge":
-        return lcl.unsqueeze(1) + _log_wedge(aperture_slope) if slope else None
+        return lcl.unsqueeze(1) + log_wedge(aperture_slope) if slope else None
     if name == "inclined":
         return tensor_law(lcl, inclination) if walls else None
     if name == "mlcl":
-        if not (walls and slope):
-            return None
-        log_xx, log_yy, rho = tensor_law(lcl, inclination).unbind(1)
-        log_cx, log_cy = _log_wedge(aperture_slope).unbind(1)
-        return torch.stack([log_xx + log_cx, log_yy + log_cy, rho], dim=1)
+        return mlcl_log_t(lcl, inclination, aperture_slope) if walls and slope else None
     raise ValueError(f"unknown baseline {name!r}; the baselines are {', '.join(BASELINE_NAMES)}")

@@ -4,6 +4,17 @@ Every model maps the batch's ``inputs``, float (B, C, *shape) (the channels name
 :mod:`flowlearn.data.inputs`), to the raw correction, float64 (B, *shape). The networks start at zero output, so an
 untrained network returns ``initial`` everywhere (W = 1 for the cubic laws): training starts from the law it
 corrects. Being fully convolutional, they apply to fractures of any size.
+
+Where the physics is exact the networks stay out of the way, by construction: with ``exact_on_plates`` (the
+default) a network's raw correction is its output g minus its output on the inputs of flat parallel plates of the
+same shape (:func:`~flowlearn.data.inputs.plate_channels`),
+
+    raw(x) = initial + g(x) - g(x_plates),
+
+so that W = 1 exactly on parallel plates, and on tilted ones where the inputs do not include the walls: there the
+law alone (the cubic law, with the inclination tensor for a tilted pair) gives the exact flow. The subtraction
+costs one more pass of the network over a single map, and takes nothing from what it can learn: any correction
+that vanishes on plates is still some g(x) - g(x_plates).
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flowlearn.data.inputs import DEFAULT_INPUTS, channel_count, check_input_names
+from flowlearn.data.inputs import DEFAULT_INPUTS, channel_count, check_input_names, plate_channels
 
 
 class PixelCorrection(nn.Module):
@@ -42,6 +53,11 @@ class PixelCorrection(nn.Module):
             )
         return self.raw.expand(inputs.shape[0], *self.shape)
 
+    @property
+    def description(self) -> str:
+        """What the weights fit: the model and the options that shape them, as a config would say them."""
+        return f"model=pixel (shape {list(self.shape)})"
+
 
 def _convolution(dim: int) -> type[nn.Module]:
     if dim not in (2, 3):
@@ -57,7 +73,46 @@ def _zero_head(conv: type[nn.Module], width: int) -> nn.Module:
     return head
 
 
-class CNNCorrection(nn.Module):
+class _Network(nn.Module):
+    """What the networks share: the raw correction from the network's output g (:meth:`_output`), anchored on
+    parallel plates (module docstring)."""
+
+    inputs: tuple[str, ...]
+    initial: float
+    exact_on_plates: bool
+    config_name: str  # the model's name in configs/model
+    options: tuple[str, ...]  # the attributes that shape its weights, as in its config
+
+    @property
+    def description(self) -> str:
+        """What the weights fit: the model and the options that shape them, as a config would say them."""
+        values = [f"{name}={getattr(self, name)}" for name in self.options]
+        values += [
+            f"inputs=[{','.join(self.inputs)}]",
+            f"exact_on_plates={str(self.exact_on_plates).lower()}",
+        ]
+        return f"model={self.config_name} ({', '.join(values)})"
+
+    def _output(self, inputs: torch.Tensor) -> torch.Tensor:
+        """g: float64 (B, *shape) from the input channels, float64 (B, C, *shape)."""
+        raise NotImplementedError
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Raw correction (B, *shape) float64 from the input channels (B, C, *shape), any shape."""
+        inputs = inputs.to(torch.float64)
+        raw = self._output(inputs)
+        if self.exact_on_plates:
+            values = torch.tensor(plate_channels(self.inputs, inputs.ndim - 2), dtype=torch.float64)
+            plates = (
+                values.to(inputs.device)
+                .view(1, -1, *[1] * (inputs.ndim - 2))
+                .expand(1, -1, *inputs.shape[2:])
+            )
+            raw = raw - self._output(plates)
+        return self.initial + raw
+
+
+class CNNCorrection(_Network):
     """A small fully convolutional network that predicts the raw correction from the input channels.
 
     Args:
@@ -67,7 +122,11 @@ class CNNCorrection(nn.Module):
         kernel_size: Odd kernel size of the hidden layers.
         initial: Raw value the network starts from (the law's ``initial_raw``).
         inputs: Names of the input channels it reads (:data:`flowlearn.data.inputs.INPUTS`).
+        exact_on_plates: Subtract the output on parallel plates, so that W = 1 there (module docstring).
     """
+
+    config_name = "cnn"
+    options = ("channels", "depth", "kernel_size")
 
     def __init__(
         self,
@@ -77,12 +136,14 @@ class CNNCorrection(nn.Module):
         kernel_size: int = 5,
         initial: float = 0.0,
         inputs: Sequence[str] = DEFAULT_INPUTS,
+        exact_on_plates: bool = True,
     ) -> None:
         super().__init__()
         conv = _convolution(dim)
         if kernel_size % 2 == 0 or kernel_size < 1:
             raise ValueError(f"kernel_size must be odd and positive, got {kernel_size}")
         self.inputs = check_input_names(inputs)
+        self.channels, self.depth, self.kernel_size = channels, depth, kernel_size
         layers: list[nn.Module] = []
         width = channel_count(self.inputs, dim)
         for _ in range(depth):
@@ -94,14 +155,14 @@ class CNNCorrection(nn.Module):
         self.body = nn.Sequential(*layers)
         self.head = _zero_head(conv, width)
         self.initial = float(initial)
+        self.exact_on_plates = bool(exact_on_plates)
         self.double()
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Raw correction (B, *shape) float64 from the input channels (B, C, *shape)."""
-        return self.initial + self.head(self.body(inputs.to(torch.float64))).squeeze(1)
+    def _output(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(inputs)).squeeze(1)
 
 
-class UNetCorrection(nn.Module):
+class UNetCorrection(_Network):
     """A small U-Net: the input channels seen at the full resolution and at ``levels`` coarser ones.
 
     Each level halves the resolution with a stride-2 convolution (an odd size is first padded by one replicated
@@ -117,7 +178,11 @@ class UNetCorrection(nn.Module):
         kernel_size: Odd kernel size of the convolutions within a level.
         initial: Raw value the network starts from (the law's ``initial_raw``).
         inputs: Names of the input channels it reads (:data:`flowlearn.data.inputs.INPUTS`).
+        exact_on_plates: Subtract the output on parallel plates, so that W = 1 there (module docstring).
     """
+
+    config_name = "unet"
+    options = ("channels", "levels", "kernel_size")
 
     def __init__(
         self,
@@ -127,6 +192,7 @@ class UNetCorrection(nn.Module):
         kernel_size: int = 3,
         initial: float = 0.0,
         inputs: Sequence[str] = DEFAULT_INPUTS,
+        exact_on_plates: bool = True,
     ) -> None:
         super().__init__()
         conv = _convolution(dim)
@@ -136,6 +202,7 @@ class UNetCorrection(nn.Module):
         if levels < 1:
             raise ValueError(f"levels must be >= 1, got {levels}")
         self.inputs = check_input_names(inputs)
+        self.channels, self.levels, self.kernel_size = channels, levels, kernel_size
         self.dim = dim
 
         def block(width_in: int, width_out: int) -> nn.Sequential:
@@ -158,6 +225,7 @@ class UNetCorrection(nn.Module):
         self.decoders = nn.ModuleList([block(2 * fine, fine) for fine in widths[:-1]])
         self.head = _zero_head(conv, widths[0])
         self.initial = float(initial)
+        self.exact_on_plates = bool(exact_on_plates)
         self.double()
 
     def _halve(self, features: torch.Tensor, down: nn.Module) -> torch.Tensor:
@@ -167,9 +235,8 @@ class UNetCorrection(nn.Module):
             padding[2 * axis + 1] = features.shape[-1 - axis] % 2
         return down(F.pad(features, padding, mode="replicate") if any(padding) else features)
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Raw correction (B, *shape) float64 from the input channels (B, C, *shape), any shape."""
-        features = self.encoders[0](inputs.to(torch.float64))
+    def _output(self, inputs: torch.Tensor) -> torch.Tensor:
+        features = self.encoders[0](inputs)
         skips = []
         for down, encoder in zip(self.downs, self.encoders[1:]):
             skips.append(features)
@@ -177,4 +244,4 @@ class UNetCorrection(nn.Module):
         for up, decoder, skip in zip(reversed(self.ups), reversed(self.decoders), reversed(skips)):
             upsampled = up(features)[(..., *(slice(0, size) for size in skip.shape[2:]))]
             features = decoder(torch.cat([skip, upsampled], dim=1))
-        return self.initial + self.head(features).squeeze(1)
+        return self.head(features).squeeze(1)

@@ -10,14 +10,19 @@ never the pressure.
 Every law maps ``log_aperture`` (natural log of the aperture in metres; any finite value at inactive pixels), the
 correction model's raw output ``raw`` and the ``active`` mask, all (B, *shape) (float64, float64, bool), and
 ``inclination``, the mid-surface's inclination tensor I (B, 3, *shape) float64 in the solve's tensor form
-(log I_xx, log I_yy, ρ), NaN where the walls are unknown (see :mod:`flowlearn.data.inclination`), to the
+(log I_xx, log I_yy, ρ), NaN where the walls are unknown (see :mod:`flowlearn.data.inclination`), and
+``aperture_slope``, (∂Ap/∂x, ∂Ap/∂y) (B, 2, *shape) float64, NaN where the voxel size is unknown, to the
 conductivity the solve takes, float64: log T (B, *shape), or the tensor form (B, 3, H, W) (log T_xx, log T_yy, ρ)
 for a law that gives a tensor (see :mod:`flowlearn.darcy.conductivity`). Values at inactive pixels are finite and
 unused.
 
 The laws:
 
-- ``inclined`` (the default): T = Ap³/12 · I · W, the local cubic law of the gap normal to its inclined mid-surface,
+- ``mlcl`` (the default): T = T_mlcl · W, the strongest closed form corrected by W: the local cubic law times the
+  inclination tensor I and, along each axis, the wedge factor C of non-parallel walls
+  (:func:`~flowlearn.models.baselines.mlcl_log_t`); I is the identity where the walls are unknown, C is 1 where the
+  voxel size is;
+- ``inclined``: T = Ap³/12 · I · W, the local cubic law of the gap normal to its inclined mid-surface,
   projected onto the map as a tensor (I_xx = cos⁴θ for a slope along the flow, cos²θ across it), W scaling all of
   it; a fracture without walls gets I = the identity, the LCL;
 - ``lcl``: T = Ap³/12 · W, the local cubic law (LCL): the parallel-plate law applied to each pixel's aperture;
@@ -33,6 +38,35 @@ from __future__ import annotations
 import math
 
 import torch
+
+# Below this aperture gradient the wedge factor is evaluated by its series: the closed form loses digits to the
+# cancellation in g - arctan(g) (the series' first omitted term, g^6/3, is below 4e-13 here).
+WEDGE_SERIES_BELOW = 1e-2
+
+
+def wedge_factor(slope: torch.Tensor) -> torch.Tensor:
+    """C(g) = 3(g − arctan g)/g³: the ratio of the Stokes flow between two plates that open at the angle θ = arctan g
+    to the flow the local cubic law gives them (Brush & Thomson 2003, eq. 33, after Nicholl et al. 1999); C(0) = 1,
+    C(g) ≈ 1 − 3g²/5 for small g, C → 3/g² for steep walls.
+
+    Args:
+        slope: the aperture gradient g (dimensionless, any sign), float64 of any shape.
+
+    Returns:
+        C(|g|), float64, the same shape, in (0, 1].
+    """
+    g = slope.abs()
+    small = g < WEDGE_SERIES_BELOW
+    safe = torch.where(small, 1.0, g)
+    closed = 3 * (safe - torch.atan(safe)) / safe**3
+    series = 1 - 3 * g**2 / 5 + 3 * g**4 / 7
+    return torch.where(small, series, closed)
+
+
+def log_wedge(aperture_slope: torch.Tensor) -> torch.Tensor:
+    """log C of the wedge factor along x and y, (B, 2, *shape), from the aperture slope (B, 2, *shape); 0 (C = 1)
+    where the slope is unknown (NaN)."""
+    return torch.log(wedge_factor(torch.nan_to_num(aperture_slope, nan=0.0)))
 
 
 def log_mean_aperture(log_aperture: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
@@ -53,6 +87,16 @@ def power_law_log_t(log_aperture: torch.Tensor, active: torch.Tensor, exponent: 
     return 3 * log_mean - math.log(12.0) + exponent * (log_aperture - log_mean)
 
 
+def mlcl_log_t(log_t: torch.Tensor, inclination: torch.Tensor, aperture_slope: torch.Tensor) -> torch.Tensor:
+    """The tensor form (B, 3, H, W) of the strongest closed form on a scalar law ``log_t`` (B, H, W): T · I with the
+    wedge factor along each axis, T_xx = T · I_xx · C(∂Ap/∂x), T_yy = T · I_yy · C(∂Ap/∂y), the correlation ρ of I
+    unchanged (so T_xy = T · I_xy · √(C_x C_y)); I the identity where ``inclination`` is NaN, C = 1 where
+    ``aperture_slope`` (B, 2, H, W) is."""
+    log_xx, log_yy, rho = tensor_law(log_t, inclination).unbind(1)
+    log_cx, log_cy = log_wedge(aperture_slope).unbind(1)
+    return torch.stack([log_xx + log_cx, log_yy + log_cy, rho], dim=1)
+
+
 def tensor_law(log_t: torch.Tensor, inclination: torch.Tensor) -> torch.Tensor:
     """The tensor form (B, 3, H, W) of T = exp(log_t) · I: a scalar law ``log_t`` (B, H, W) times the inclination
     tensor I (B, 3, H, W, NaN where unknown: the identity there)."""
@@ -70,6 +114,7 @@ class PermeabilityLaw:
         has_flow_units: whether exp(log_k) is a transmissivity in m³, so that the solve's flow rate is physical
             and can be compared with (and trained on) the reference flow rate.
         uses_walls: whether the law reads ``inclination``, which fractures without walls lack.
+        uses_slope: whether the law reads ``aperture_slope``, which fractures of unknown voxel size lack.
     """
 
     name: str = ""
@@ -77,6 +122,7 @@ class PermeabilityLaw:
     correction_name: str = "W"
     has_flow_units: bool = True
     uses_walls: bool = False
+    uses_slope: bool = False
 
     def log_k(
         self,
@@ -84,6 +130,7 @@ class PermeabilityLaw:
         raw: torch.Tensor,
         active: torch.Tensor,
         inclination: torch.Tensor,
+        aperture_slope: torch.Tensor,
     ) -> torch.Tensor:
         """The conductivity the solve takes; shapes and dtypes in the module docstring."""
         raise NotImplementedError
@@ -107,6 +154,7 @@ class LocalCubicLaw(PermeabilityLaw):
         raw: torch.Tensor,
         active: torch.Tensor,
         inclination: torch.Tensor,
+        aperture_slope: torch.Tensor,
     ) -> torch.Tensor:
         return 3 * log_aperture - math.log(12.0) + raw
 
@@ -126,8 +174,9 @@ class InclinedCubicLaw(LocalCubicLaw):
         raw: torch.Tensor,
         active: torch.Tensor,
         inclination: torch.Tensor,
+        aperture_slope: torch.Tensor,
     ) -> torch.Tensor:
-        lcl = super().log_k(log_aperture, raw, active, inclination)
+        lcl = super().log_k(log_aperture, raw, active, inclination, aperture_slope)
         return tensor_law(lcl, inclination) if lcl.ndim == 3 else lcl
 
 
@@ -143,6 +192,7 @@ class ApSquaredLaw(PermeabilityLaw):
         raw: torch.Tensor,
         active: torch.Tensor,
         inclination: torch.Tensor,
+        aperture_slope: torch.Tensor,
     ) -> torch.Tensor:
         return power_law_log_t(log_aperture, active, 2.0) + raw
 
@@ -164,6 +214,7 @@ class ExponentLaw(PermeabilityLaw):
         raw: torch.Tensor,
         active: torch.Tensor,
         inclination: torch.Tensor,
+        aperture_slope: torch.Tensor,
     ) -> torch.Tensor:
         return 2 * torch.relu(raw) * log_aperture
 
@@ -172,3 +223,25 @@ class ExponentLaw(PermeabilityLaw):
 
     def __repr__(self) -> str:
         return f"ExponentLaw(initial_exponent={self.initial_raw})"
+
+
+class ClosedFormLaw(LocalCubicLaw):
+    """T = T_mlcl · W with W = exp(raw) > 0 starting at 1: the strongest closed form (the LCL times the inclination
+    tensor and the wedge factor along each axis; see :mod:`flowlearn.models.baselines`), corrected by W. Where the
+    walls are unknown the tensor is the identity, and where the voxel size is the wedge factor is 1 (the run warns,
+    naming the fractures). Returns the tensor form (B, 3, H, W) for maps, and the LCL's log T for 3D volumes."""
+
+    name = "mlcl"
+    uses_walls = True
+    uses_slope = True
+
+    def log_k(
+        self,
+        log_aperture: torch.Tensor,
+        raw: torch.Tensor,
+        active: torch.Tensor,
+        inclination: torch.Tensor,
+        aperture_slope: torch.Tensor,
+    ) -> torch.Tensor:
+        lcl = super().log_k(log_aperture, raw, active, inclination, aperture_slope)
+        return mlcl_log_t(lcl, inclination, aperture_slope) if lcl.ndim == 3 else lcl

@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from flowlearn.data.statistics import aperture_statistics, out_of_range
 from flowlearn.models.baselines import BASELINE_NAMES, CLOSED_FORMS, COMPARED, best_closed_form
 from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE, fracture_metrics
-from flowlearn.training.predictions import FractureFields, read_predictions
+from flowlearn.training.predictions import FractureFields, read_predictions, training_statistics
 
 MODEL = "model"
 VERDICT_METRICS = (MSE, DEPARTURE_ERR, FLOW_RATE_ERR)
@@ -117,6 +118,21 @@ def held_out(path: str | Path, split: str = "test") -> HeldOut:
     return result
 
 
+def outside_training(path: str | Path, split: str = "test") -> list[str]:
+    """``"<path>: group '<name>': <line>"`` for each statistic of each ``split`` fracture of the predictions file
+    ``path`` outside the training split's range that the file records (:func:`~flowlearn.data.statistics.
+    out_of_range`); none where it records no range."""
+    ranges = training_statistics(path)
+    if not ranges:
+        return []
+    return [
+        f"{path}: group '{fields.name}': {line}"
+        for fields in read_predictions(path)
+        if fields.split == split
+        for line in out_of_range(aperture_statistics(fields.aperture, fields.voxel_size), ranges)
+    ]
+
+
 def _cell(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.3g}"
 
@@ -143,9 +159,9 @@ def verdict_table(result: HeldOut) -> str:
         cells = []
         for metric in VERDICT_METRICS:
             row = against[metric]
-            reduction = (
-                math.nan if row is None else 1 - result.median(MODEL, metric) / result.median(row, metric)
-            )
+            # No reduction of an error that is already zero (a baseline exact on these fractures).
+            exact = row is None or result.median(row, metric) == 0
+            reduction = math.nan if exact else 1 - result.median(MODEL, metric) / result.median(row, metric)
             change = (
                 "n/a"
                 if math.isnan(reduction)

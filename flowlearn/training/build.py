@@ -16,7 +16,7 @@ from torch import nn
 from flowlearn.checks import available_memory, is_integer
 from flowlearn.data.datamodule import FractureRef
 from flowlearn.data.inputs import DEFAULT_INPUTS, channel_count
-from flowlearn.errors import ConfigError, RunDirectoryError
+from flowlearn.errors import CheckpointError, ConfigError, RunDirectoryError
 from flowlearn.models.correction import PixelCorrection
 from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.training.checkpoints import read_checkpoint
@@ -187,7 +187,18 @@ def load_run(
     else:
         dim = state["correction.head.weight"].ndim - 2
         inputs = list(record.get("inputs", model_inputs(cfg.model)))
-        correction = instantiate(cfg.model, dim=dim, initial=law.initial_raw, inputs=inputs)
+        # Runs before the plates anchor existed (their configs do not name it) trained the bare network.
+        exact = cfg.model.get("exact_on_plates", False)
+        correction = instantiate(
+            cfg.model, dim=dim, initial=law.initial_raw, inputs=inputs, exact_on_plates=exact
+        )
     module = FractureFlowModule(correction, law, solver=None, training_statistics=record.get("statistics"))
-    module.load_state_dict(state)
+    module.check_checkpoint(saved, f"{checkpoint}")
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as error:  # a checkpoint written before its record says what it fits
+        first = str(error).splitlines()[1].strip() if len(str(error).splitlines()) > 1 else str(error)
+        raise CheckpointError(
+            f"{checkpoint} does not fit the model of {config_path} ({correction.description}): {first}"
+        ) from None
     return module, cfg

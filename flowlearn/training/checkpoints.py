@@ -260,9 +260,9 @@ def read_checkpoint(
 
 def prepare_outputs(
     run_dir: Path, callbacks: Sequence[L.Callback], logger: Any, ckpt_path: str | None
-) -> None:
+) -> dict[str, Any] | None:
     """Before training: check the output folders and ``ckpt_path``, remove partial checkpoint files left by a
-    killed run, and continue the resumed run's metrics.
+    killed run, and continue the resumed run's metrics; returns the checkpoint of ``ckpt_path`` (None without).
 
     ``metrics.csv`` continues from the rows of the checkpoint's own run (``<run>/checkpoints/<file>.ckpt``) up
     to the checkpoint's epoch, whether the resumed run writes into that folder or a new one.
@@ -279,7 +279,7 @@ def prepare_outputs(
             for stale in Path(callback.dirpath).glob(".*.ckpt.*.tmp"):
                 stale.unlink(missing_ok=True)
     if ckpt_path is None:
-        return
+        return None
     checkpoint = read_checkpoint(Path(ckpt_path))
     resumed = Path(ckpt_path).resolve()
     for callback in callbacks:
@@ -294,3 +294,4 @@ def prepare_outputs(
         epoch_rows = [state[EPOCH_ROW] for state in states if state.get(EPOCH_ROW)]
         metrics_csv = resumed.parent.parent / ExperimentWriter.NAME_METRICS_FILE
         logger.resume(metrics_csv, int(checkpoint["epoch"]), epoch_rows)
+    return checkpoint

@@ -174,6 +174,11 @@ def validate_config(cfg: DictConfig) -> None:
             check_input_names(list(inputs) if OmegaConf.is_list(inputs) else inputs)
         except ValueError as error:
             raise ConfigError(f"model.inputs {error}") from None
+    exact = OmegaConf.select(cfg, "model.exact_on_plates")
+    _check(
+        exact is None or isinstance(exact, bool),
+        f"model.exact_on_plates must be true or false, got {exact!r}",
+    )
     kernel = OmegaConf.select(cfg, "model.kernel_size")
     _check(
         kernel is None or (is_integer(kernel) and kernel > 0 and kernel % 2 == 1),

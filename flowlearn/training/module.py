@@ -28,7 +28,7 @@ from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.data.datamodule import FractureDataModule
 from flowlearn.engines import Engine
-from flowlearn.errors import ConfigError, DivergenceError, SolutionError, SolveInputError
+from flowlearn.errors import CheckpointError, ConfigError, DivergenceError, SolutionError, SolveInputError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
 from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.training.baselines import BaselineScores
@@ -56,8 +56,9 @@ _REDUCTIONS = {"mean": MeanMetric, "max": MaxMetric}
 # An epoch's mean training loss this many times the lowest so far: the optimiser has been thrown out of the basin
 # it was descending (a pressure MSE is bounded, so a diverging run shows as a jump rather than as infinity).
 EXPLODING_LOSS = 1e3
-# Checkpoint key of what a trained model needs to know of its data: the names of its input channels (``inputs``)
-# and the [min, max] of each aperture statistic over the training split (``statistics``).
+# Checkpoint key of what a trained model needs to know of its data: the names of its input channels (``inputs``),
+# the [min, max] of each aperture statistic over the training split (``statistics``), and what the weights fit: the
+# law and the model with the options that shape its weights (``law``, ``model``; absent before 2026-11-26).
 TRAINING_DATA = "training_data"
 # The names (without stage) of the baselines' metrics.
 _BASELINE_METRICS = frozenset(metric_name(m.name, b) for b in BASELINE_NAMES for m in METRICS)
@@ -147,7 +148,26 @@ class FractureFlowModule(L.LightningModule):
         checkpoint[TRAINING_DATA] = {
             "inputs": list(self.correction.inputs),
             "statistics": self.training_statistics,
+            **self.fitted(),
         }
+
+    def fitted(self) -> dict[str, str]:
+        """What the weights fit: ``law`` and ``model`` as configs say them (e.g. ``law=mlcl``)."""
+        return {"law": f"law={self.law.name}", "model": self.correction.description}
+
+    def check_checkpoint(self, checkpoint: dict, where: str) -> None:
+        """Raise :class:`CheckpointError` naming both where ``checkpoint`` (a Lightning checkpoint, as loaded) was
+        trained with another law or model than this module's; a checkpoint that does not say (written before
+        2026-11-26) passes."""
+        record = checkpoint.get(TRAINING_DATA, {})
+        differ = {key: mine for key, mine in self.fitted().items() if record.get(key) not in (None, mine)}
+        if differ:
+            keys = " and ".join(differ)
+            raise CheckpointError(
+                f"{where} was trained with {' and '.join(record[key] for key in differ)}, and this run has "
+                f"{' and '.join(differ.values())}: use a checkpoint of a run with the same {keys}, or choose the "
+                f"{keys} that run had"
+            )
 
     # -- the forward model -------------------------------------------------------------------------------------
 
@@ -157,7 +177,9 @@ class FractureFlowModule(L.LightningModule):
         form (B, *shape), or (B, 3, H, W) for a tensor law, and ``flow_rate`` (B,) float64, the outlet flow rate (NaN
         for a law without flow-rate units)."""
         raw = self.correction(batch["inputs"])
-        log_k = self.law.log_k(log_aperture(batch), raw, batch["active"], batch["inclination"])
+        log_k = self.law.log_k(
+            log_aperture(batch), raw, batch["active"], batch["inclination"], batch["aperture_slope"]
+        )
         problems = self.problems.of(batch)
         # One fracture at a time (each has its own problem), each a batch of one: the conductivity's form is read
         # from its shape, and a per-axis or tensor field has no unbatched shape.
@@ -311,7 +333,7 @@ class FractureFlowModule(L.LightningModule):
         fracture of ``batch`` too."""
         log_ap = log_aperture(batch)
         raw = torch.full_like(log_ap, self.law.initial_raw)
-        log_k = self.law.log_k(log_ap, raw, batch["active"], batch["inclination"])
+        log_k = self.law.log_k(log_ap, raw, batch["active"], batch["inclination"], batch["aperture_slope"])
         try:
             for i, problem in enumerate(self.problems.of(batch)):
                 solve_fracture(log_k[i : i + 1], problem, batch["name"][i], self.solver)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from flowlearn.data.datamodule import FractureDataset, find_fractures
-from flowlearn.data.inclination import NO_WALLS, SMOOTHING, fractures_without_inclination
+from flowlearn.data.inclination import (
+    NO_VOXEL_SIZE,
+    NO_WALLS,
+    SMOOTHING,
+    fractures_without_inclination,
+    fractures_without_slope,
+)
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, out_of_range
@@ -34,7 +39,8 @@ def predict(
     :class:`~flowlearn.errors.DataValidationError` naming file and fracture, before any prediction. Each aperture
     statistic of an input fracture outside the training split's range, as the checkpoint records it, is passed
     to ``warn`` as one line naming the fracture, the statistic, its value and the range; so is each fracture
-    without walls given to a model whose law reads them (``law=inclined``).
+    without walls given to a model whose law reads them (``law=inclined``, ``law=mlcl``), and each of unknown voxel
+    size given to one whose law reads the aperture slope (``law=mlcl``).
 
     Returns the number of fractures written.
     """
@@ -49,14 +55,17 @@ def predict(
     if module.law.uses_walls:
         for where in fractures_without_inclination(paths):
             warn(f"{where}: {NO_WALLS}")
+    if module.law.uses_slope:
+        for where in fractures_without_slope(paths):
+            warn(f"{where}: {NO_VOXEL_SIZE}")
     if not module.training_statistics:
         warn(
             f"{checkpoint or run_dir}: no training statistics in the checkpoint; inputs are not compared with them"
         )
     for ref in refs:
         fracture = read_fracture(ref.path, ref.name, validate=False)
-        known = not math.isnan(fracture.voxel_size)
-        for line in out_of_range(aperture_statistics(fracture), module.training_statistics, known):
+        statistics = aperture_statistics(fracture.aperture, fracture.voxel_size)
+        for line in out_of_range(statistics, module.training_statistics):
             warn(f"{ref.path}: group '{ref.name}': {line}")
     # The run's own smoothing of the mid-surface: the inclination tensor its law and baselines were trained with.
     smoothing = cfg.data.get("slope_smoothing", SMOOTHING)

@@ -21,10 +21,12 @@ heads of the pressures. Files are written atomically.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -40,6 +42,8 @@ from flowlearn.training.module import FractureFlowModule
 FIELD_NAMES = ("aperture", "active", "correction", "log_k", "pressure", "pressure_reference")
 # The attributes every group has.
 REQUIRED_ATTRIBUTES = ("split", "law", "correction_name")
+# File attribute: the training split's range of each statistic (flowlearn.data.statistics), as JSON.
+TRAINING_STATISTICS = "training_statistics"
 BASELINE_PREFIX = "pressure_"
 FLOW_RATE_PREFIX = "flow_rate_"
 
@@ -68,6 +72,8 @@ class FractureFields:
         flow_rate_reference: the reference flow rate, NaN where the input has none.
         baseline_flow_rates: each applicable baseline's outlet flow rate, by baseline name.
         power_exponent: the ``power`` baseline's exponent a, NaN when none was fitted.
+        flow_rate_interval: (low, high) of an ensemble's interval of the flow rate (:mod:`flowlearn.reporting.
+            ensemble`), NaN for a single model.
     """
 
     name: str
@@ -86,6 +92,7 @@ class FractureFields:
     flow_rate_reference: float
     baseline_flow_rates: dict[str, float]
     power_exponent: float
+    flow_rate_interval: tuple[float, float] = (math.nan, math.nan)
 
     @property
     def pressure_compared(self) -> np.ndarray:
@@ -157,15 +164,33 @@ def write_predictions(
     atomically to ``path``; returns the number of fractures written."""
     was_training = module.training
     module.eval()
-    count = 0
     try:
-        with atomic_hdf5(path) as out:
-            for split, dataset in datasets:
-                for index in range(len(dataset)):
-                    _write_group(out, predict_fields(module, dataset, index, split))
-                    count += 1
+        fields = (
+            predict_fields(module, dataset, index, split)
+            for split, dataset in datasets
+            for index in range(len(dataset))
+        )
+        return write_fields(path, fields, module.training_statistics)
     finally:
         module.train(was_training)
+
+
+def write_fields(
+    path: str | Path,
+    fields: Iterable[FractureFields],
+    statistics: Mapping[str, Any] | None,
+    **attributes: Any,
+) -> int:
+    """Write ``fields`` (one group each) atomically to the predictions file ``path``, with the training split's
+    ``statistics`` ranges and ``attributes`` as file attributes; returns the number of groups written."""
+    count = 0
+    with atomic_hdf5(path) as out:
+        if statistics:
+            out.attrs[TRAINING_STATISTICS] = json.dumps(statistics)
+        out.attrs.update(attributes)
+        for one in fields:
+            _write_group(out, one)
+            count += 1
     return count
 
 
@@ -183,11 +208,20 @@ def _write_group(out: h5py.File, fields: FractureFields) -> None:
             **{f"{FLOW_RATE_PREFIX}{name}": rate for name, rate in fields.baseline_flow_rates.items()},
         }
     )
+    if all(math.isfinite(end) for end in fields.flow_rate_interval):
+        group.attrs["flow_rate_interval"] = fields.flow_rate_interval
     for name in FIELD_NAMES:
         if getattr(fields, name) is not None:
             group.create_dataset(name, data=getattr(fields, name))
     for name, pressure in fields.baseline_pressures.items():
         group.create_dataset(f"{BASELINE_PREFIX}{name}", data=pressure)
+
+
+def training_statistics(path: str | Path) -> dict[str, list[float]]:
+    """The training split's range of each statistic that the predictions file ``path`` records (empty where the
+    run's checkpoint had none)."""
+    with open_file(path) as f:
+        return json.loads(f.attrs.get(TRAINING_STATISTICS, "{}"))
 
 
 def read_predictions(path: str | Path) -> list[FractureFields]:
@@ -231,4 +265,5 @@ def _read_group(name: str, group: h5py.Group) -> FractureFields:
         flow_rate_reference=float(attrs.get("flow_rate_reference", math.nan)),
         baseline_flow_rates={b: float(attrs.get(f"{FLOW_RATE_PREFIX}{b}", math.nan)) for b in present},
         power_exponent=float(attrs.get("power_exponent", math.nan)),
+        flow_rate_interval=tuple(float(end) for end in attrs.get("flow_rate_interval", (math.nan, math.nan))),
     )

@@ -24,7 +24,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from flowlearn.data.datamodule import FractureDataset
-from flowlearn.data.inclination import NO_WALLS, fractures_without_inclination
+from flowlearn.data.inclination import (
+    NO_VOXEL_SIZE,
+    NO_WALLS,
+    fractures_without_inclination,
+    fractures_without_slope,
+)
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, statistic_ranges
@@ -121,15 +126,20 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         )
 
     law = instantiate(cfg.law)
-    flat = fractures_without_inclination(cfg.data.path) if law.uses_walls else []
-    if flat:
-        log.warning(f"law={law.name}: {len(flat)} fracture(s) have {NO_WALLS}; the first: {flat[0]}")
+    for uses, unknown, what in (
+        (law.uses_walls, fractures_without_inclination, NO_WALLS),
+        (law.uses_slope, fractures_without_slope, NO_VOXEL_SIZE),
+    ):
+        lacking = unknown(cfg.data.path) if uses else []
+        if lacking:
+            log.warning(f"law={law.name}: {len(lacking)} fracture(s) have {what}; the first: {lacking[0]}")
     weight = flow_rate_weight(OmegaConf.select(cfg, "loss.flow_rate_weight"), law, datamodule.splits["train"])
     train_refs = datamodule.splits["train"].refs
     correction = build_correction(cfg.model, law, train_refs, batch_size=cfg.data.batch_size)
     solver = instantiate(cfg.solver)  # a missing backend (Julia, GPU) fails here, before any training
     statistics = statistic_ranges(
-        aperture_statistics(read_fracture(ref.path, ref.name, validate=False)) for ref in train_refs
+        aperture_statistics(fracture.aperture, fracture.voxel_size)
+        for fracture in (read_fracture(ref.path, ref.name, validate=False) for ref in train_refs)
     )
     module = FractureFlowModule(
         correction,
@@ -150,8 +160,10 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     options = {"limit_val_batches": 0} if no_validation else {}
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **options)
     ckpt_path = to_absolute_path(cfg.ckpt_path) if cfg.ckpt_path else None
-    # An unwritable output folder or a broken ckpt_path fails here, before any training.
-    prepare_outputs(run_dir, callbacks, logger, ckpt_path)
+    # An unwritable output folder, a broken ckpt_path or one of another law or model fails here, before any training.
+    resumed = prepare_outputs(run_dir, callbacks, logger, ckpt_path)
+    if resumed is not None:
+        module.check_checkpoint(resumed, f"ckpt_path: {ckpt_path}")
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if datamodule.splits["test"].refs:
         trainer.test(module, datamodule=datamodule, verbose=False)

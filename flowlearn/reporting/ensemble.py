@@ -1,0 +1,137 @@
+"""Ensembles: K trained models of one configuration (the seeds of a sweep) combined into one prediction, with an
+interval for each flow rate.
+
+The members' predictions files (``predictions.h5`` of each run, or files ``flowlearn predict`` wrote) must hold the
+same fractures in the same splits. Per fracture, the ensemble predicts
+
+* the flow rate q̄ = exp(mean_k log q_k), the geometric mean of the members' (flow rates are positive and their
+  errors multiplicative), and the interval
+
+      exp(mean_k log q_k ± t_{(1+level)/2, K-1} · s · √(1 + 1/K)),
+
+  s the standard deviation of the K values of log q: the Student-t prediction interval of one more member drawn
+  like these. It says how much the model's answer depends on its random start, not the error of the reference;
+  how often it covers the reference flow rate is measured (``flowlearn evaluate`` prints it);
+* the pressure, log-conductivity and log W as the members' means (W as their geometric mean).
+
+The baselines do not depend on the model; the first member's are kept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from flowlearn.data.schema import open_file
+from flowlearn.errors import DataValidationError
+from flowlearn.training.predictions import (
+    FractureFields,
+    read_predictions,
+    training_statistics,
+    write_fields,
+)
+
+# Fewest members: an interval needs a spread.
+MIN_MEMBERS = 2
+# File attribute of an ensemble: the interval's level, and its members' files.
+LEVEL = "interval_level"
+MEMBERS = "members"
+
+
+def _check_members(paths: Sequence[Path], members: Sequence[list[FractureFields]]) -> None:
+    """Raise :class:`DataValidationError` naming the file and fracture where a member holds other fractures, splits
+    or law than the first."""
+    first = members[0]
+    for path, member in zip(paths[1:], members[1:]):
+        if [f.name for f in member] != [f.name for f in first]:
+            missing = sorted({f.name for f in first} ^ {f.name for f in member})
+            raise DataValidationError(
+                f"{path}: holds other fractures than {paths[0]} (first difference: group '{missing[0]}'): an "
+                "ensemble needs the same fractures from every member (sweep seed=... with data.seed fixed)"
+            )
+        for mine, theirs in zip(member, first):
+            if (mine.split, mine.law) != (theirs.split, theirs.law):
+                raise DataValidationError(
+                    f"{path}: group '{mine.name}' is split {mine.split} with law={mine.law}, and in {paths[0]} split "
+                    f"{theirs.split} with law={theirs.law}: an ensemble needs one data split and one law (sweep "
+                    "seed=... with data.seed fixed)"
+                )
+
+
+def combine(paths: Sequence[str | Path], level: float = 0.9) -> list[FractureFields]:
+    """The ensemble of the predictions files ``paths`` (module docstring), one :class:`FractureFields` per fracture.
+
+    Raises:
+        ValueError: fewer than :data:`MIN_MEMBERS` files, or ``level`` outside (0, 1).
+        DataValidationError: a file that is not a predictions file, or whose fractures differ from the first's.
+    """
+    paths = [Path(p) for p in paths]
+    if len(paths) < MIN_MEMBERS:
+        raise ValueError(f"an ensemble needs at least {MIN_MEMBERS} predictions files, got {len(paths)}")
+    if not 0 < level < 1:
+        raise ValueError(f"the interval's level must be in (0, 1), got {level}")
+    members = [read_predictions(path) for path in paths]
+    _check_members(paths, members)
+    k = len(members)
+    spread = stats.t.ppf((1 + level) / 2, k - 1) * math.sqrt(1 + 1 / k)
+    combined = []
+    for fractures in zip(*members):
+        first = fractures[0]
+        log_q = np.log([f.flow_rate for f in fractures])
+        centre, scale = float(np.mean(log_q)), float(np.std(log_q, ddof=1))
+        geometric = first.correction_name == "W"  # W > 0 multiplies; the exponent law's w adds
+        corrections = np.stack([f.correction for f in fractures])
+        combined.append(
+            replace(
+                first,
+                correction=np.exp(np.log(corrections).mean(0)) if geometric else corrections.mean(0),
+                log_k=np.mean([f.log_k for f in fractures], axis=0),
+                pressure=np.mean([f.pressure for f in fractures], axis=0),
+                flow_rate=math.exp(centre),
+                flow_rate_interval=(math.exp(centre - spread * scale), math.exp(centre + spread * scale)),
+            )
+        )
+    return combined
+
+
+def write_ensemble(paths: Sequence[str | Path], output: str | Path, level: float = 0.9) -> int:
+    """Combine the predictions files ``paths`` (:func:`combine`) and write the ensemble to ``output``, a predictions
+    file that ``flowlearn evaluate`` and the figures read like any other; returns the number of fractures."""
+    fields = combine(paths, level)
+    members = [str(Path(p)) for p in paths]
+    return write_fields(output, fields, training_statistics(paths[0]), **{LEVEL: level, MEMBERS: members})
+
+
+def coverage(fields: Sequence[FractureFields]) -> tuple[int, int]:
+    """(covered, compared): of the fractures with a reference flow rate and an interval, how many intervals hold
+    the reference."""
+    compared = [
+        f
+        for f in fields
+        if math.isfinite(f.flow_rate_reference) and all(math.isfinite(end) for end in f.flow_rate_interval)
+    ]
+    covered = sum(
+        f.flow_rate_interval[0] <= f.flow_rate_reference <= f.flow_rate_interval[1] for f in compared
+    )
+    return covered, len(compared)
+
+
+def ensemble_coverage(path: str | Path, split: str = "test") -> str | None:
+    """The line ``flowlearn evaluate`` prints for an ensemble's file: on how many ``split`` fractures the flow
+    rate's interval holds the reference; None for a single model's file."""
+    with open_file(path) as f:
+        level = f.attrs.get(LEVEL)
+    if level is None:
+        return None
+    covered, compared = coverage([f for f in read_predictions(path) if f.split == split])
+    if not compared:
+        return f"the ensemble's {float(level):.0%} intervals: no {split} fracture has a reference flow rate"
+    return (
+        f"the ensemble's {float(level):.0%} interval of the flow rate holds the reference on {covered} of "
+        f"{compared} fractures ({covered / compared:.0%})"
+    )
