@@ -465,7 +465,8 @@ def _run_ensemble(args: argparse.Namespace) -> int:
     if any(Path(path).resolve() == Path(args.output).resolve() for path in args.predictions):
         raise SettingError("--output", f"{args.output} is one of the members: give a new file")
     check_writable(args.output)
-    count = write_ensemble(args.predictions, args.output, args.level)
+    calibrate = None if args.calibrate == "none" else args.calibrate
+    count = write_ensemble(args.predictions, args.output, args.level, calibrate)
     print(
         f"wrote the ensemble of {len(args.predictions)} members' predictions of {count} fracture(s) to {args.output}"
     )
@@ -480,6 +481,13 @@ def _ensemble_arguments(p: argparse.ArgumentParser) -> None:
         type=_probability,
         default=0.9,
         help="level of each flow rate's interval, in (0, 1) (default 0.9)",
+    )
+    p.add_argument(
+        "--calibrate",
+        choices=("val", "train", "test", "none"),
+        default="val",
+        help="the split whose reference flow rates calibrate the intervals (split conformal; default val); none: "
+        "the members' own spread (Student-t)",
     )
 
 
@@ -746,7 +754,8 @@ COMMANDS = (
         "combine the predictions of K trained runs into one, with an interval for each flow rate",
         "Combine PREDICTIONS (the predictions.h5 of K runs of one configuration, e.g. a sweep seed=0,1,2,3,4 with "
         "data.seed fixed, or the files flowlearn predict wrote with each) into OUTPUT: per fracture the geometric "
-        "mean of the members' flow rates with its Student-t prediction interval at --level, and the mean pressure. "
+        "mean of the members' flow rates with its interval at --level, calibrated on the validation split (split "
+        "conformal), and the mean pressure. "
         "flowlearn evaluate OUTPUT then says how often the interval holds the reference flow rate.",
         _ensemble_arguments,
         _run_ensemble,

@@ -649,6 +649,10 @@ COMMAND_ROWS = [
         "--level: invalid float value: 'x'",
     ),
     (["ensemble", "{good}", "{good}"], "the following arguments are required: -o/--output"),
+    (
+        ["ensemble", "{good}", "{good}", "-o", "{tmp}/e.h5", "--calibrate", "x"],
+        "--calibrate: invalid choice: 'x'",
+    ),
     (["stokes"], "the following arguments are required: data"),
     (["stokes", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
     (

@@ -5,13 +5,15 @@ The members' predictions files (``predictions.h5`` of each run, or files ``flowl
 same fractures in the same splits. Per fracture, the ensemble predicts
 
 * the flow rate q̄ = exp(mean_k log q_k), the geometric mean of the members' (flow rates are positive and their
-  errors multiplicative), and the interval
-
-      exp(mean_k log q_k ± t_{(1+level)/2, K-1} · s · √(1 + 1/K)),
-
-  s the standard deviation of the K values of log q: the Student-t prediction interval of one more member drawn
-  like these. It says how much the model's answer depends on its random start, not the error of the reference;
-  how often it covers the reference flow rate is measured (``flowlearn evaluate`` prints it);
+  errors multiplicative), and the interval exp(log q̄ ± c · s), s the standard deviation of the K values of log q.
+  By default c is calibrated on the fractures of another split with reference flow rates (``calibrate``, the
+  validation split): split conformal prediction (Vovk et al. 2005; Lei et al. 2018) on the scores
+  |log q̄ - log q_ref| / s, c the ⌈(n + 1) · level⌉-th smallest of the n scores, so that the interval of a new
+  fracture drawn like those holds its reference with probability at least ``level``. Without a calibration split
+  (``calibrate=None``, or none of its fractures has a reference), c = t_{(1+level)/2, K-1} · √(1 + 1/K): the
+  Student-t prediction interval of one more member drawn like these, which says how much the model's answer
+  depends on its random start, not how far it lies from the reference. ``flowlearn evaluate`` says how often the
+  interval holds the reference;
 * the pressure, log-conductivity and log W as the members' means (W as their geometric mean).
 
 The baselines do not depend on the model; the first member's are kept.
@@ -38,8 +40,9 @@ from flowlearn.training.predictions import (
 
 # Fewest members: an interval needs a spread.
 MIN_MEMBERS = 2
-# File attribute of an ensemble: the interval's level, and its members' files.
+# File attributes of an ensemble: the interval's level, how it was made, and its members' files.
 LEVEL = "interval_level"
+INTERVAL = "interval"
 MEMBERS = "members"
 
 
@@ -63,8 +66,11 @@ def _check_members(paths: Sequence[Path], members: Sequence[list[FractureFields]
                 )
 
 
-def combine(paths: Sequence[str | Path], level: float = 0.9) -> list[FractureFields]:
-    """The ensemble of the predictions files ``paths`` (module docstring), one :class:`FractureFields` per fracture.
+def combine(
+    paths: Sequence[str | Path], level: float = 0.9, calibrate: str | None = "val"
+) -> tuple[list[FractureFields], str]:
+    """The ensemble of the predictions files ``paths`` (module docstring), one :class:`FractureFields` per fracture,
+    and how its intervals were made (a line for the file and for ``flowlearn evaluate``).
 
     Raises:
         ValueError: fewer than :data:`MIN_MEMBERS` files, or ``level`` outside (0, 1).
@@ -78,12 +84,26 @@ def combine(paths: Sequence[str | Path], level: float = 0.9) -> list[FractureFie
     members = [read_predictions(path) for path in paths]
     _check_members(paths, members)
     k = len(members)
-    spread = stats.t.ppf((1 + level) / 2, k - 1) * math.sqrt(1 + 1 / k)
+    log_q = np.log([[f.flow_rate for f in member] for member in members])  # (K, fractures)
+    centres = log_q.mean(0)
+    half_widths = stats.t.ppf((1 + level) / 2, k - 1) * log_q.std(0, ddof=1) * math.sqrt(1 + 1 / k)
+    how = f"Student-t prediction interval of {k} members"
+    if calibrate is not None:
+        reference = np.log([f.flow_rate_reference for f in members[0]])
+        held = (
+            np.array([f.split == calibrate for f in members[0]])
+            & np.isfinite(reference)
+            & np.isfinite(centres)
+        )
+        residuals = np.sort(np.abs(centres - reference)[held])
+        rank = math.ceil((residuals.size + 1) * level)  # 1-based
+        if residuals.size:
+            half_widths = np.full_like(centres, residuals[rank - 1] if rank <= residuals.size else math.inf)
+            how = f"split conformal on {residuals.size} {calibrate} fractures"
     combined = []
-    for fractures in zip(*members):
+    for index, fractures in enumerate(zip(*members)):
         first = fractures[0]
-        log_q = np.log([f.flow_rate for f in fractures])
-        centre, scale = float(np.mean(log_q)), float(np.std(log_q, ddof=1))
+        centre, half = float(centres[index]), float(half_widths[index])
         geometric = first.correction_name == "W"  # W > 0 multiplies; the exponent law's w adds
         corrections = np.stack([f.correction for f in fractures])
         combined.append(
@@ -93,18 +113,21 @@ def combine(paths: Sequence[str | Path], level: float = 0.9) -> list[FractureFie
                 log_k=np.mean([f.log_k for f in fractures], axis=0),
                 pressure=np.mean([f.pressure for f in fractures], axis=0),
                 flow_rate=math.exp(centre),
-                flow_rate_interval=(math.exp(centre - spread * scale), math.exp(centre + spread * scale)),
+                flow_rate_interval=(math.exp(centre - half), math.exp(centre + half)),
             )
         )
-    return combined
+    return combined, how
 
 
-def write_ensemble(paths: Sequence[str | Path], output: str | Path, level: float = 0.9) -> int:
+def write_ensemble(
+    paths: Sequence[str | Path], output: str | Path, level: float = 0.9, calibrate: str | None = "val"
+) -> int:
     """Combine the predictions files ``paths`` (:func:`combine`) and write the ensemble to ``output``, a predictions
     file that ``flowlearn evaluate`` and the figures read like any other; returns the number of fractures."""
-    fields = combine(paths, level)
+    fields, how = combine(paths, level, calibrate)
     members = [str(Path(p)) for p in paths]
-    return write_fields(output, fields, training_statistics(paths[0]), **{LEVEL: level, MEMBERS: members})
+    attributes = {LEVEL: level, MEMBERS: members, INTERVAL: how}
+    return write_fields(output, fields, training_statistics(paths[0]), **attributes)
 
 
 def coverage(fields: Sequence[FractureFields]) -> tuple[int, int]:
@@ -125,13 +148,13 @@ def ensemble_coverage(path: str | Path, split: str = "test") -> str | None:
     """The line ``flowlearn evaluate`` prints for an ensemble's file: on how many ``split`` fractures the flow
     rate's interval holds the reference; None for a single model's file."""
     with open_file(path) as f:
-        level = f.attrs.get(LEVEL)
+        level, how = f.attrs.get(LEVEL), f.attrs.get(INTERVAL, "")
     if level is None:
         return None
     covered, compared = coverage([f for f in read_predictions(path) if f.split == split])
     if not compared:
         return f"the ensemble's {float(level):.0%} intervals: no {split} fracture has a reference flow rate"
     return (
-        f"the ensemble's {float(level):.0%} interval of the flow rate holds the reference on {covered} of "
-        f"{compared} fractures ({covered / compared:.0%})"
+        f"the ensemble's {float(level):.0%} interval of the flow rate ({how}) holds the reference on {covered} of "
+        f"{compared} {split} fractures ({covered / compared:.0%})"
     )
