@@ -20,7 +20,14 @@ from flowlearn.data.roughness import RoughnessParams, rough_fracture
 from flowlearn.data.schema import Fracture, write_fractures
 from flowlearn.models import CNNCorrection, LocalCubicLaw
 from flowlearn.models.baselines import BASELINE_NAMES, baseline_log_t
-from flowlearn.models.laws import WEDGE_SERIES_BELOW, ApSquaredLaw, ExponentLaw, power_law_log_t, wedge_factor
+from flowlearn.models.laws import (
+    WEDGE_SERIES_BELOW,
+    ApSquaredLaw,
+    ExponentLaw,
+    Geometry,
+    power_law_log_t,
+    wedge_factor,
+)
 from flowlearn.reporting.report import final_metrics
 from flowlearn.reporting.runs import read_metrics
 from flowlearn.training.batches import as_batch
@@ -117,7 +124,7 @@ def test_laws_and_baselines_carry_their_constant_factors():
     unknown = _unknown(log_aperture)  # no walls, no voxel size
     lcl = baseline_log_t("lcl", log_aperture, active, math.nan, *unknown)
     torch.testing.assert_close(lcl[active], torch.log(aperture**3 / 12)[active], rtol=1e-13, atol=0)
-    ap2 = ApSquaredLaw().log_k(log_aperture, torch.zeros_like(log_aperture), active, *unknown)
+    ap2 = ApSquaredLaw().log_k(log_aperture, torch.zeros_like(log_aperture), Geometry(active, *unknown))
     torch.testing.assert_close(ap2[active], torch.log(mean * aperture**2 / 12)[active], rtol=1e-13, atol=0)
     uniform = baseline_log_t("uniform", log_aperture, active, math.nan, *unknown)
     torch.testing.assert_close(

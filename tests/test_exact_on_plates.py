@@ -18,7 +18,7 @@ from flowlearn.data.inclination import aperture_slope, inclination_tensor
 from flowlearn.data.inputs import INPUTS, input_channels, plate_channels
 from flowlearn.data.schema import Fracture, write_fractures
 from flowlearn.models.correction import CNNCorrection, UNetCorrection
-from flowlearn.models.laws import ClosedFormLaw
+from flowlearn.models.laws import ClosedFormLaw, Geometry
 from flowlearn.training.predictions import read_predictions
 
 VOXEL = 1e-5
@@ -104,7 +104,9 @@ def test_inputs_and_the_closed_form_scale_with_the_fracture():
         log_ap = torch.from_numpy(np.log(np.maximum(fr.aperture, 1e-300))).unsqueeze(0)
         geometry = (torch.from_numpy(inclination_tensor(fr)), torch.from_numpy(aperture_slope(fr)))
         active = torch.from_numpy(fr.active).unsqueeze(0)
-        logs.append(law.log_k(log_ap, torch.zeros_like(log_ap), active, *(g.unsqueeze(0) for g in geometry)))
+        logs.append(
+            law.log_k(log_ap, torch.zeros_like(log_ap), Geometry(active, *(g.unsqueeze(0) for g in geometry)))
+        )
     active = torch.from_numpy(small.active)
     for axis in (0, 1):
         shift = (logs[1][0, axis] - logs[0][0, axis])[active]

@@ -14,7 +14,7 @@ from flowlearn.data.inclination import inclination_tensor, smoothed_gradient
 from flowlearn.data.roughness import RoughnessParams, rough_fracture
 from flowlearn.data.schema import Fracture
 from flowlearn.models.baselines import baseline_log_t
-from flowlearn.models.laws import InclinedCubicLaw, LocalCubicLaw
+from flowlearn.models.laws import Geometry, InclinedCubicLaw, LocalCubicLaw
 
 VOXEL = 1e-5
 SHAPE = (6, 11)
@@ -99,12 +99,12 @@ def test_without_walls_or_voxel_size_the_tensor_is_unknown_and_the_inclined_law_
     active = torch.ones_like(log_aperture, dtype=torch.bool)
     unknown = torch.full((2, 3, *SHAPE), math.nan, dtype=torch.float64)
     no_slope = torch.full((2, 2, *SHAPE), math.nan, dtype=torch.float64)
-    lcl = LocalCubicLaw().log_k(log_aperture, raw, active, unknown, no_slope)
-    inclined = InclinedCubicLaw().log_k(log_aperture, raw, active, unknown, no_slope)
+    lcl = LocalCubicLaw().log_k(log_aperture, raw, Geometry(active, unknown, no_slope))
+    inclined = InclinedCubicLaw().log_k(log_aperture, raw, Geometry(active, unknown, no_slope))
     assert torch.equal(inclined[:, 0], lcl) and torch.equal(inclined[:, 1], lcl)
     assert torch.equal(inclined[:, 2], torch.zeros_like(lcl))
     known = torch.from_numpy(inclination_tensor(plates(0.5, 0.2))).expand(2, 3, *SHAPE)
-    inclined = InclinedCubicLaw().log_k(log_aperture, raw, active, known, no_slope)
+    inclined = InclinedCubicLaw().log_k(log_aperture, raw, Geometry(active, known, no_slope))
     torch.testing.assert_close(inclined[:, :2] - lcl.unsqueeze(1), known[:, :2], rtol=0, atol=1e-14)
     assert torch.equal(inclined[:, 2], known[:, 2])
 

@@ -7,11 +7,12 @@ of :func:`~flowlearn.darcy.flux.outlet_flow_rate` is in the units of the data's 
 :mod:`flowlearn.data.schema`). Pressures depend only on ratios of T: a constant factor changes the flow rate and
 never the pressure.
 
-Every law maps ``log_aperture`` (natural log of the aperture in metres; any finite value at inactive pixels), the
-correction model's raw output ``raw`` and the ``active`` mask, all (B, *shape) (float64, float64, bool), and
-``inclination``, the mid-surface's inclination tensor I (B, 3, *shape) float64 in the solve's tensor form
-(log I_xx, log I_yy, ρ), NaN where the walls are unknown (see :mod:`flowlearn.data.inclination`), and
-``aperture_slope``, (∂Ap/∂x, ∂Ap/∂y) (B, 2, *shape) float64, NaN where the voxel size is unknown, to the
+Every law maps ``log_aperture`` (natural log of the aperture in metres; any finite value at inactive pixels) and
+the correction model's raw output ``raw``, both float64 (B, *shape), and the fractures' :class:`Geometry`: the
+``active`` mask, bool (B, *shape); ``inclination``, the mid-surface's inclination tensor I (B, 3, *shape) float64
+in the solve's tensor form (log I_xx, log I_yy, ρ), NaN where the walls are unknown (see
+:mod:`flowlearn.data.inclination`); and ``aperture_slope``, (∂Ap/∂x, ∂Ap/∂y) (B, 2, *shape) float64, NaN where
+the voxel size is unknown; to the
 conductivity the solve takes, float64: log T (B, *shape), or the tensor form (B, 3, H, W) (log T_xx, log T_yy, ρ)
 for a law that gives a tensor (see :mod:`flowlearn.darcy.conductivity`). Values at inactive pixels are finite and
 unused.
@@ -36,6 +37,8 @@ The laws:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
@@ -104,6 +107,21 @@ def tensor_law(log_t: torch.Tensor, inclination: torch.Tensor) -> torch.Tensor:
     return torch.stack([log_t + log_xx, log_t + log_yy, rho], dim=1)
 
 
+@dataclass(frozen=True)
+class Geometry:
+    """What a law may read of a batch of fractures besides the aperture (shapes and dtypes in the module
+    docstring)."""
+
+    active: torch.Tensor
+    inclination: torch.Tensor
+    aperture_slope: torch.Tensor
+
+    @classmethod
+    def of(cls, batch: Mapping[str, torch.Tensor]) -> Geometry:
+        """The geometry of a training batch (:mod:`flowlearn.data.datamodule`)."""
+        return cls(batch["active"], batch["inclination"], batch["aperture_slope"])
+
+
 class PermeabilityLaw:
     """Base class of the laws a correction model trains through.
 
@@ -124,14 +142,7 @@ class PermeabilityLaw:
     uses_walls: bool = False
     uses_slope: bool = False
 
-    def log_k(
-        self,
-        log_aperture: torch.Tensor,
-        raw: torch.Tensor,
-        active: torch.Tensor,
-        inclination: torch.Tensor,
-        aperture_slope: torch.Tensor,
-    ) -> torch.Tensor:
+    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, geometry: Geometry) -> torch.Tensor:
         """The conductivity the solve takes; shapes and dtypes in the module docstring."""
         raise NotImplementedError
 
@@ -148,14 +159,7 @@ class LocalCubicLaw(PermeabilityLaw):
 
     name = "lcl"
 
-    def log_k(
-        self,
-        log_aperture: torch.Tensor,
-        raw: torch.Tensor,
-        active: torch.Tensor,
-        inclination: torch.Tensor,
-        aperture_slope: torch.Tensor,
-    ) -> torch.Tensor:
+    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, geometry: Geometry) -> torch.Tensor:
         return 3 * log_aperture - math.log(12.0) + raw
 
 
@@ -168,16 +172,9 @@ class InclinedCubicLaw(LocalCubicLaw):
     name = "inclined"
     uses_walls = True
 
-    def log_k(
-        self,
-        log_aperture: torch.Tensor,
-        raw: torch.Tensor,
-        active: torch.Tensor,
-        inclination: torch.Tensor,
-        aperture_slope: torch.Tensor,
-    ) -> torch.Tensor:
-        lcl = super().log_k(log_aperture, raw, active, inclination, aperture_slope)
-        return tensor_law(lcl, inclination) if lcl.ndim == 3 else lcl
+    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+        lcl = super().log_k(log_aperture, raw, geometry)
+        return tensor_law(lcl, geometry.inclination) if lcl.ndim == 3 else lcl
 
 
 class ApSquaredLaw(PermeabilityLaw):
@@ -186,15 +183,8 @@ class ApSquaredLaw(PermeabilityLaw):
 
     name = "ap2"
 
-    def log_k(
-        self,
-        log_aperture: torch.Tensor,
-        raw: torch.Tensor,
-        active: torch.Tensor,
-        inclination: torch.Tensor,
-        aperture_slope: torch.Tensor,
-    ) -> torch.Tensor:
-        return power_law_log_t(log_aperture, active, 2.0) + raw
+    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+        return power_law_log_t(log_aperture, geometry.active, 2.0) + raw
 
 
 class ExponentLaw(PermeabilityLaw):
@@ -208,14 +198,7 @@ class ExponentLaw(PermeabilityLaw):
     def __init__(self, initial_exponent: float = 0.5) -> None:
         self.initial_raw = initial_exponent
 
-    def log_k(
-        self,
-        log_aperture: torch.Tensor,
-        raw: torch.Tensor,
-        active: torch.Tensor,
-        inclination: torch.Tensor,
-        aperture_slope: torch.Tensor,
-    ) -> torch.Tensor:
+    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, geometry: Geometry) -> torch.Tensor:
         return 2 * torch.relu(raw) * log_aperture
 
     def correction(self, raw: torch.Tensor) -> torch.Tensor:
@@ -235,13 +218,6 @@ class ClosedFormLaw(LocalCubicLaw):
     uses_walls = True
     uses_slope = True
 
-    def log_k(
-        self,
-        log_aperture: torch.Tensor,
-        raw: torch.Tensor,
-        active: torch.Tensor,
-        inclination: torch.Tensor,
-        aperture_slope: torch.Tensor,
-    ) -> torch.Tensor:
-        lcl = super().log_k(log_aperture, raw, active, inclination, aperture_slope)
-        return mlcl_log_t(lcl, inclination, aperture_slope) if lcl.ndim == 3 else lcl
+    def log_k(self, log_aperture: torch.Tensor, raw: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+        lcl = super().log_k(log_aperture, raw, geometry)
+        return mlcl_log_t(lcl, geometry.inclination, geometry.aperture_slope) if lcl.ndim == 3 else lcl

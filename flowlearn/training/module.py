@@ -30,7 +30,7 @@ from flowlearn.data.datamodule import FractureDataModule
 from flowlearn.engines import Engine
 from flowlearn.errors import CheckpointError, ConfigError, DivergenceError, SolutionError, SolveInputError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
-from flowlearn.models.laws import PermeabilityLaw
+from flowlearn.models.laws import Geometry, PermeabilityLaw
 from flowlearn.training.baselines import BaselineScores
 from flowlearn.training.batches import FractureProblems, log_aperture, solve_fracture
 from flowlearn.training.gauss_newton import GaussNewton, Residuals
@@ -177,9 +177,7 @@ class FractureFlowModule(L.LightningModule):
         form (B, *shape), or (B, 3, H, W) for a tensor law, and ``flow_rate`` (B,) float64, the outlet flow rate (NaN
         for a law without flow-rate units)."""
         raw = self.correction(batch["inputs"])
-        log_k = self.law.log_k(
-            log_aperture(batch), raw, batch["active"], batch["inclination"], batch["aperture_slope"]
-        )
+        log_k = self.law.log_k(log_aperture(batch), raw, Geometry.of(batch))
         problems = self.problems.of(batch)
         # One fracture at a time (each has its own problem), each a batch of one: the conductivity's form is read
         # from its shape, and a per-axis or tensor field has no unbatched shape.
@@ -333,7 +331,7 @@ class FractureFlowModule(L.LightningModule):
         fracture of ``batch`` too."""
         log_ap = log_aperture(batch)
         raw = torch.full_like(log_ap, self.law.initial_raw)
-        log_k = self.law.log_k(log_ap, raw, batch["active"], batch["inclination"], batch["aperture_slope"])
+        log_k = self.law.log_k(log_ap, raw, Geometry.of(batch))
         try:
             for i, problem in enumerate(self.problems.of(batch)):
                 solve_fracture(log_k[i : i + 1], problem, batch["name"][i], self.solver)
