@@ -506,16 +506,19 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     from flowlearn.errors import DataValidationError
     from flowlearn.reporting.ensemble import ensemble_coverage
     from flowlearn.reporting.heldout import held_out, outside_training, verdict_table
+    from flowlearn.training.predictions import read_predictions
 
+    fields = read_predictions(args.predictions)  # read once: the verdict, the intervals, the statistics
     try:
-        result = held_out(args.predictions, args.split)
+        result = held_out(args.predictions, args.split, fields)
     except ValueError as err:
         raise DataValidationError(str(err)) from err
     print(verdict_table(result))
-    interval = ensemble_coverage(args.predictions, args.split)
+    in_split = [f for f in fields if f.split == args.split]
+    interval = ensemble_coverage(args.predictions, in_split, args.split)
     if interval:
         print(interval)
-    for line in outside_training(args.predictions, args.split):
+    for line in outside_training(args.predictions, in_split):
         print(f"flowlearn evaluate: warning: {line}", file=sys.stderr)
     return 0
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from flowlearn.data.statistics import NO_VOXEL_SIZE, aperture_statistics, out_of_range, statistic_ranges
+from flowlearn.data.statistics import UNCOMPARED, aperture_statistics, out_of_range, statistic_ranges
 
 
 def test_statistics_of_a_map_half_closed():
@@ -59,5 +59,5 @@ def test_ranges_and_the_lines_for_values_outside_them():
     )
     assert lines == [
         "contact fraction 0.2 is outside the training range [0, 0.1]: 2 times the highest",
-        NO_VOXEL_SIZE,
+        UNCOMPARED,
     ]

@@ -126,32 +126,24 @@ def aperture_slope(fracture: Fracture) -> np.ndarray:
     return np.stack(smoothed_gradient(gap, fracture.voxel_size, 0.0))
 
 
-# What a law that reads the inclination does with a fracture that has no walls, for warnings that name it.
+# What a law does with a fracture that lacks what it reads, for warnings that name the fracture: no walls (a law
+# that reads the inclination), or no voxel size (a law that reads the aperture slope).
 NO_WALLS = (
     "no walls, so the mid-surface is taken as flat (cos θ = 1): the inclination tensor is the identity there"
 )
-# What a law that reads the aperture slope does with a fracture of unknown voxel size.
 NO_VOXEL_SIZE = "no voxel size, so the aperture slope is unknown: the wedge factor is 1 there"
 
 
-def fractures_without_slope(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """``"<path>: group '<name>'"`` for every fracture of ``paths`` whose aperture slope is unknown (no voxel size,
-    or a 3D map); reads no arrays."""
-    return [
-        f"{os.fspath(path)}: group '{info.name}'"
-        for path in paths
-        for info in list_fractures(path)
-        if not info.voxel_size_known or len(info.shape) != 2
-    ]
-
-
-def fractures_without_inclination(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """``"<path>: group '<name>'"`` for every fracture of ``paths`` without walls or with a 3D map, whose inclination
-    tensor is therefore unknown; reads no arrays (so a walled map of unknown voxel size, also without a tensor, is
-    not listed)."""
-    return [
-        f"{os.fspath(path)}: group '{info.name}'"
-        for path in paths
-        for info in list_fractures(path)
-        if not info.walls or len(info.shape) != 2
-    ]
+def missing_geometry(paths: Sequence[str | os.PathLike], walls: bool, slope: bool) -> dict[str, list[str]]:
+    """``"<path>: group '<name>'"`` of every fracture of ``paths`` whose inclination tensor is unknown (no walls, or
+    a 3D map; asked with ``walls``) or whose aperture slope is (no voxel size, or a 3D map; asked with ``slope``),
+    keyed by what a law assumes there (:data:`NO_WALLS`, :data:`NO_VOXEL_SIZE`); reads no arrays."""
+    asked = {NO_WALLS: walls, NO_VOXEL_SIZE: slope}
+    missing: dict[str, list[str]] = {}
+    for path in paths:
+        for info in list_fractures(path):
+            lacks = {NO_WALLS: not info.walls, NO_VOXEL_SIZE: not info.voxel_size_known}
+            for what, lacking in lacks.items():
+                if asked[what] and (lacking or len(info.shape) != 2):
+                    missing.setdefault(what, []).append(f"{os.fspath(path)}: group '{info.name}'")
+    return missing

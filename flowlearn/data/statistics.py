@@ -47,7 +47,7 @@ NEED_VOXEL_SIZE = ("aperture_voxels", "length", "breadth", "depth")
 _SIZES = ("depth", "breadth", "length")  # array axes -3, -2, -1
 
 # What a fracture of unknown voxel size cannot be compared on, said once per fracture.
-NO_VOXEL_SIZE = (
+UNCOMPARED = (
     "its voxel size is unknown, so its mean aperture in pixels and its size in mean apertures are not compared "
     "with the training range"
 )
@@ -99,5 +99,5 @@ def out_of_range(statistics: Mapping[str, float], ranges: Mapping[str, Iterable[
             f"{times}"
         )
     if any(math.isnan(statistics.get(name, 0.0)) and name in ranges for name in NEED_VOXEL_SIZE):
-        lines.append(NO_VOXEL_SIZE)
+        lines.append(UNCOMPARED)
     return lines

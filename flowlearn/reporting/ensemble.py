@@ -144,14 +144,14 @@ def coverage(fields: Sequence[FractureFields]) -> tuple[int, int]:
     return covered, len(compared)
 
 
-def ensemble_coverage(path: str | Path, split: str = "test") -> str | None:
-    """The line ``flowlearn evaluate`` prints for an ensemble's file: on how many ``split`` fractures the flow
-    rate's interval holds the reference; None for a single model's file."""
+def ensemble_coverage(path: str | Path, fields: Sequence[FractureFields], split: str) -> str | None:
+    """The line ``flowlearn evaluate`` prints for an ensemble's file ``path``: on how many of its ``split``
+    fractures ``fields`` the flow rate's interval holds the reference; None for a single model's file."""
     with open_file(path) as f:
         level, how = f.attrs.get(LEVEL), f.attrs.get(INTERVAL, "")
     if level is None:
         return None
-    covered, compared = coverage([f for f in read_predictions(path) if f.split == split])
+    covered, compared = coverage(fields)
     if not compared:
         return f"the ensemble's {float(level):.0%} intervals: no {split} fracture has a reference flow rate"
     return (

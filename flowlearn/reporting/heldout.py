@@ -110,26 +110,28 @@ def split_metrics(fields: Sequence[FractureFields], split: str) -> HeldOut | Non
     return HeldOut([f.name for f in chosen], metrics, chosen[0].power_exponent)
 
 
-def held_out(path: str | Path, split: str = "test") -> HeldOut:
-    """The per-fracture metrics of the ``split`` fractures of the predictions file ``path``."""
-    result = split_metrics(read_predictions(path), split)
+def held_out(
+    path: str | Path, split: str = "test", fields: Sequence[FractureFields] | None = None
+) -> HeldOut:
+    """The per-fracture metrics of the ``split`` fractures of the predictions file ``path`` (``fields``: its
+    fractures, where they have been read already)."""
+    result = split_metrics(read_predictions(path) if fields is None else fields, split)
     if result is None:
         raise ValueError(f"{path}: no fracture of split '{split}' with a reference pressure")
     return result
 
 
-def outside_training(path: str | Path, split: str = "test") -> list[str]:
-    """``"<path>: group '<name>': <line>"`` for each statistic of each ``split`` fracture of the predictions file
-    ``path`` outside the training split's range that the file records (:func:`~flowlearn.data.statistics.
+def outside_training(path: str | Path, fields: Sequence[FractureFields]) -> list[str]:
+    """``"<path>: group '<name>': <line>"`` for each statistic of each of ``fields`` (fractures of the predictions
+    file ``path``) outside the training split's range that the file records (:func:`~flowlearn.data.statistics.
     out_of_range`); none where it records no range."""
     ranges = training_statistics(path)
     if not ranges:
         return []
     return [
-        f"{path}: group '{fields.name}': {line}"
-        for fields in read_predictions(path)
-        if fields.split == split
-        for line in out_of_range(aperture_statistics(fields.aperture, fields.voxel_size), ranges)
+        f"{path}: group '{one.name}': {line}"
+        for one in fields
+        for line in out_of_range(aperture_statistics(one.aperture, one.voxel_size), ranges)
     ]
 
 

@@ -193,7 +193,7 @@ def load_run(
             cfg.model, dim=dim, initial=law.initial_raw, inputs=inputs, exact_on_plates=exact
         )
     module = FractureFlowModule(correction, law, solver=None, training_statistics=record.get("statistics"))
-    module.check_checkpoint(saved, f"{checkpoint}")
+    module.check_checkpoint(saved, str(checkpoint))
     try:
         module.load_state_dict(state)
     except RuntimeError as error:  # a checkpoint written before its record says what it fits

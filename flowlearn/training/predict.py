@@ -7,13 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from flowlearn.data.datamodule import FractureDataset, find_fractures
-from flowlearn.data.inclination import (
-    NO_VOXEL_SIZE,
-    NO_WALLS,
-    SMOOTHING,
-    fractures_without_inclination,
-    fractures_without_slope,
-)
+from flowlearn.data.inclination import SMOOTHING, missing_geometry
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, out_of_range
@@ -52,12 +46,9 @@ def predict(
     module, cfg = load_run(run_dir, checkpoint)
     needs, needed_by = module.correction.inputs, f"the model of {run_dir} reads"
     require_inputs(paths, needs, needed_by)
-    if module.law.uses_walls:
-        for where in fractures_without_inclination(paths):
-            warn(f"{where}: {NO_WALLS}")
-    if module.law.uses_slope:
-        for where in fractures_without_slope(paths):
-            warn(f"{where}: {NO_VOXEL_SIZE}")
+    for what, lacking in missing_geometry(paths, module.law.uses_walls, module.law.uses_slope).items():
+        for where in lacking:
+            warn(f"{where}: {what}")
     if not module.training_statistics:
         warn(
             f"{checkpoint or run_dir}: no training statistics in the checkpoint; inputs are not compared with them"

@@ -24,12 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from flowlearn.data.datamodule import FractureDataset
-from flowlearn.data.inclination import (
-    NO_VOXEL_SIZE,
-    NO_WALLS,
-    fractures_without_inclination,
-    fractures_without_slope,
-)
+from flowlearn.data.inclination import missing_geometry
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, statistic_ranges
@@ -126,13 +121,8 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         )
 
     law = instantiate(cfg.law)
-    for uses, unknown, what in (
-        (law.uses_walls, fractures_without_inclination, NO_WALLS),
-        (law.uses_slope, fractures_without_slope, NO_VOXEL_SIZE),
-    ):
-        lacking = unknown(cfg.data.path) if uses else []
-        if lacking:
-            log.warning(f"law={law.name}: {len(lacking)} fracture(s) have {what}; the first: {lacking[0]}")
+    for what, lacking in missing_geometry(cfg.data.path, law.uses_walls, law.uses_slope).items():
+        log.warning(f"law={law.name}: {len(lacking)} fracture(s) have {what}; the first: {lacking[0]}")
     weight = flow_rate_weight(OmegaConf.select(cfg, "loss.flow_rate_weight"), law, datamodule.splits["train"])
     train_refs = datamodule.splits["train"].refs
     correction = build_correction(cfg.model, law, train_refs, batch_size=cfg.data.batch_size)
