@@ -676,6 +676,21 @@ COMMAND_ROWS = [
     ),
     (["stokes", "{good}", "--case-dir", "{cases}"], "{cases}/f0: exists already; give a new folder"),
     (["stokes", "{good}", "--output", "{folder}"], "{folder}: is a directory; give a file name to write"),
+    (["refine"], "the following arguments are required: data"),
+    (["refine", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
+    (["refine", "{folder}"], "{folder}: is a directory; give a file name to write"),
+    (
+        ["refine", "{good}", "--fracture", "f9"],
+        "--fracture names no fracture of {good}: 'f9' (it has f0, f1, f2, f3)",
+    ),
+    (["refine", "{good}", "--every", "0"], "argument --every: must be a positive integer, got 0"),
+    (["refine", "{good}", "--threads", "0"], "argument --threads: must be a positive integer, got 0"),
+    (["refine", "{good}"], "{good}, f0: stores no walls, so its geometry on a finer grid is unknown"),
+    (["refine", "{original}"], "{original}: is in the original layout, which keeps no provenance"),
+    (
+        ["refine", "{good}", "--infer-only"],
+        "a rule needs at least 3 measured fractures, this file has 0: measure more first",
+    ),
 ]
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flowlearn.data.lbm import LBMSettings, simulate
-from flowlearn.data.roughness import RoughFracture, refine
+from flowlearn.data.roughness import RoughFracture, refine, refine_wall
 from flowlearn.data.stokes import StokesSettings, extrapolate
 from flowlearn.data.stokes import solve as solve_stokes
 from flowlearn.data.voxels import ReferenceFlow, voxelize
@@ -151,12 +151,15 @@ def smooth_wall_estimate(runs: list[Resolution]) -> tuple[float, float]:
     return extrapolate(values[1], values[2], factors[2] / factors[1], order), order
 
 
-def refinement_change(walls: RoughFracture, conductance: float, settings: LBMSettings | None = None) -> float:
-    """The relative change of the flow rate when the LBM that gave ``conductance`` (voxels³) on ``walls`` runs on a
-    grid 2× finer: Q(2×)/Q(1×) - 1 (:func:`coarse_conductance`), the fracture's convergence estimate. Costs about
-    16× the 1× run (8× the cells, 2× the steps)."""
-    fine = refine(walls, 2)
-    result = simulate(voxelize(fine.bottom, fine.top), settings, progress=False)
+def refinement_change(
+    bottom: np.ndarray, top: np.ndarray, conductance: float, settings: LBMSettings | None = None
+) -> float:
+    """The relative change of the flow rate when the LBM that gave ``conductance`` (voxels³) between the walls
+    ``bottom`` and ``top`` (float (H, W), heights in voxels) runs on a grid 2× finer, the walls Fourier-interpolated
+    (:func:`~flowlearn.data.roughness.refine_wall`): Q(2×)/Q(1×) - 1 (:func:`coarse_conductance`), the fracture's
+    convergence estimate. Costs about 16× the 1× run (8× the cells, 2× the steps)."""
+    fine = voxelize(refine_wall(bottom, 2), refine_wall(top, 2))
+    result = simulate(fine, settings, progress=False)
     return float(coarse_conductance(result, 2) / conductance - 1)
 
 

@@ -29,6 +29,7 @@ from flowlearn.data.convergence import refinement_change
 from flowlearn.data.departure import lcl_flow_rate
 from flowlearn.data.lbm import LBMSettings, least_box_bytes, library_versions, pick_target, simulate
 from flowlearn.data.recipes import Published, Recipe
+from flowlearn.data.refinement import measured_convergence
 from flowlearn.data.roughness import RoughFracture, geometry_stats
 from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture, atomic_path, read_fracture, write_fractures
 from flowlearn.data.voxels import voxelize
@@ -164,11 +165,8 @@ def _make(config: DatasetConfig, index: int, lbm: LBMSettings) -> Fracture:
         ) from err
     fracture.provenance["dataset"] = {"index": index, "drawn": config.draws(index)}
     if config.refine_every and index % config.refine_every == 0:
-        change = refinement_change(walls, fracture.flow_rate / config.voxel_size**3, lbm)
-        fracture.provenance["convergence"] = {
-            "flow_rate_change": change,
-            "how": "measured: the LBM on the 2x grid",
-        }
+        change = refinement_change(walls.bottom, walls.top, fracture.flow_rate / config.voxel_size**3, lbm)
+        fracture.provenance["convergence"] = measured_convergence(change)
     return fracture
 
 

@@ -169,16 +169,18 @@ def refine(fracture: RoughFracture, factor: int) -> RoughFracture:
     same surfaces between the old nodes; heights are multiplied by ``factor`` so that the geometry keeps its
     shape in the finer voxels. For grid-convergence studies of the LBM.
     """
-    check_setting(is_integer(factor) and factor >= 1, "factor", "must be an integer >= 1", factor)
-    shape = tuple(n * factor for n in fracture.params.shape)
-
-    def fine(wall: np.ndarray) -> np.ndarray:
-        return factor * signal.resample(signal.resample(wall, shape[0], axis=0), shape[1], axis=1)
-
-    bottom, top = fine(fracture.bottom), fine(fracture.top)
+    bottom, top = refine_wall(fracture.bottom, factor), refine_wall(fracture.top, factor)
     scaled = {name: getattr(fracture.params, name) * factor for name in fracture.params.LENGTHS}
-    params = replace(fracture.params, shape=shape, **scaled)
+    params = replace(fracture.params, shape=bottom.shape, **scaled)
     return RoughFracture(params, bottom, top, np.maximum(top - bottom, 0.0))
+
+
+def refine_wall(wall: np.ndarray, factor: int) -> np.ndarray:
+    """A wall (float (H, W), heights in pixels) on a grid ``factor`` times finer, (factor H, factor W), heights in
+    the finer pixels: its periodic Fourier interpolation (zero-padded spectrum), exact for the generator's walls."""
+    check_setting(is_integer(factor) and factor >= 1, "factor", "must be an integer >= 1", factor)
+    height, width = (n * factor for n in wall.shape)
+    return factor * signal.resample(signal.resample(wall, height, axis=0), width, axis=1)
 
 
 @dataclass(frozen=True)

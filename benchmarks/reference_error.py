@@ -1,0 +1,85 @@
+"""A run's held-out flow-rate errors against the reference as it is and as the LBM on a grid twice as fine gives it.
+
+    python benchmarks/reference_error.py outputs/<date>/<time>/predictions.h5 data/fractures.h5 [--split test]
+
+The fractures of DATA that record a *measured* 2× change c = Q(2×)/Q(1×) - 1 in their provenance (``flowlearn
+refine``) are judged three times, with each flow-rate error taken against:
+
+- ``1x``: the stored reference Q(1×), which the model was trained on;
+- ``2x``: Q(1×)(1 + c), the LBM on the grid twice as fine;
+- ``extrapolated``: Q(1×)(1 + 2c), where a first-order error (h¹) would put the converged value.
+
+A gain over a closed form that holds against all three is clear of the reference's grid error; one that shrinks
+from 1x to 2x was partly learned from the coarse grid's bias. Prints a markdown table of medians over fractures
+(model, the best closed form on the 1x reference, the LCL), on how many fractures the model's flow rate is closer
+than the best closed form's, and the distribution of c.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import numpy as np
+
+from flowlearn.data.refinement import is_measured
+from flowlearn.data.schema import read_fractures
+from flowlearn.models.baselines import COMPARED
+from flowlearn.reporting.heldout import MODEL, split_metrics
+from flowlearn.training.metrics import FLOW_RATE_ERR
+from flowlearn.training.predictions import read_predictions
+
+# How far each judged reference lies from Q(1x), in units of the measured 2x change c.
+REFERENCES = {"1x": 0.0, "2x": 1.0, "extrapolated": 2.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("predictions", help="predictions.h5 of a run on DATA")
+    parser.add_argument("data", help="the fracture file the run was trained on, with measured 2x changes")
+    parser.add_argument("--split", default="test", help="which fractures of the predictions")
+    args = parser.parse_args()
+
+    changes = {
+        fracture.name: fracture.provenance["convergence"]["flow_rate_change"]
+        for fracture in read_fractures(args.data)
+        if is_measured(fracture)
+    }
+    # Prediction keys are "<file stem>__<group>".
+    fields = [f for f in read_predictions(args.predictions) if f.split == args.split]
+    measured = [f for f in fields if f.name.split("__", 1)[-1] in changes]
+    if not measured:
+        raise SystemExit(f"no fracture of split {args.split!r} records a measured 2x change in {args.data}")
+    c = np.array([changes[f.name.split("__", 1)[-1]] for f in measured])
+
+    held = {
+        label: split_metrics(
+            [
+                replace(f, flow_rate_reference=f.flow_rate_reference * (1 + k * ci))
+                for f, ci in zip(measured, c)
+            ],
+            args.split,
+        )
+        for label, k in REFERENCES.items()
+    }
+    best = held["1x"].best(FLOW_RATE_ERR)
+    print(
+        f"{len(measured)} fractures of the {args.split} split with a measured 2x change: c from {c.min():+.2%} to "
+        f"{c.max():+.2%}, median {np.median(c):+.2%}\n"
+    )
+    print(
+        f"| flow-rate error, medians against | model | best closed form ({best}) | LCL | model closer than {best} |"
+    )
+    print("|---|---|---|---|---|")
+    for label, result in held.items():
+        model, closed = result.metrics[MODEL][FLOW_RATE_ERR], result.metrics[best][FLOW_RATE_ERR]
+        print(
+            f"| {label} | {result.median(MODEL, FLOW_RATE_ERR):.2f} % | {result.median(best, FLOW_RATE_ERR):.2f} % | "
+            f"{result.median(COMPARED, FLOW_RATE_ERR):.1f} % | {int((model < closed).sum())} of {len(model)} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
