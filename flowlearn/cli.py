@@ -405,18 +405,30 @@ def _departure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--figure", help="PNG of Q/Q_LCL against σ/⟨a⟩ and the wall slope")
 
 
-def _run_refine(args: argparse.Namespace) -> int:
-    from flowlearn.data.refinement import infer_file, refine_file
-    from flowlearn.data.schema import check_writable, list_fractures
+def _named_fractures(data: str, wanted: list[str] | None, every: int = 1) -> list[str]:
+    """The fractures of ``data`` that ``--fracture`` names (in the file's order), or, without it, every
+    ``every``-th of them.
 
-    check_writable(args.data)
-    names = [info.name for info in list_fractures(args.data)]
-    unknown = sorted(set(args.fracture or ()) - set(names))
+    Raises:
+        SettingError: a name that is no fracture of ``data``.
+    """
+    from flowlearn.data.schema import list_fractures
+
+    names = [info.name for info in list_fractures(data)]
+    unknown = sorted(set(wanted or ()) - set(names))
     if unknown:
         raise SettingError(
-            "--fracture", f"names no fracture of {args.data}: {unknown[0]!r} (it has {', '.join(names)})"
+            "--fracture", f"names no fracture of {data}: {unknown[0]!r} (it has {', '.join(names)})"
         )
-    chosen = [name for name in names if name in args.fracture] if args.fracture else names[:: args.every]
+    return [name for name in names if name in wanted] if wanted else names[::every]
+
+
+def _run_refine(args: argparse.Namespace) -> int:
+    from flowlearn.data.refinement import infer_file, refine_file
+    from flowlearn.data.schema import check_writable
+
+    check_writable(args.data)
+    chosen = _named_fractures(args.data, args.fracture, every=args.every)
     if not args.infer_only:
         print(f"{'fracture':<16} {'Q(2x)/Q(1x) - 1':>16} {'seconds':>8}")
         count = refine_file(
@@ -588,7 +600,7 @@ def _evaluate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_stokes(args: argparse.Namespace) -> int:
-    from flowlearn.data.schema import check_writable, list_fractures, read_fracture, write_fractures
+    from flowlearn.data.schema import check_writable, read_fracture, write_fractures
     from flowlearn.data.stokes import (
         StokesSettings,
         check_box,
@@ -604,13 +616,7 @@ def _run_stokes(args: argparse.Namespace) -> int:
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
     if args.output is not None:
         check_writable(args.output)
-    names = [info.name for info in list_fractures(args.data)]
-    unknown = sorted(set(args.fracture or ()) - set(names))
-    if unknown:
-        raise SettingError(
-            "--fracture", f"names no fracture of {args.data}: {unknown[0]!r} (it has {', '.join(names)})"
-        )
-    names = [name for name in names if not args.fracture or name in args.fracture]
+    names = _named_fractures(args.data, args.fracture)
     sources = [read_fracture(args.data, name) for name in names]
     # Every fracture is checked (a fluid path, a mesh that fits in memory) before the first solve.
     for fracture in sources:

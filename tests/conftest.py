@@ -62,3 +62,34 @@ def require_lbm() -> None:
             "no C++ compiler (g++ or clang++) for lbmpy's kernels: apt-get install g++",
             allow_module_level=True,
         )
+
+
+# Parallel plates this many voxels apart, for the tests of a 2x refinement's recorded change.
+PLATES_GAP = 4.0
+
+
+def parallel_plates(refine_every: int = 0):
+    """(config, fracture): parallel plates ``PLATES_GAP`` voxels apart on a 6x32 map, generated with the LBM to a
+    tight steady state (the published recipe's first special case), and ``config`` made them."""
+    require_lbm()
+    from dataclasses import replace
+
+    from flowlearn.data.generate import DatasetConfig, _make
+    from flowlearn.data.recipes import Published
+
+    config = DatasetConfig(
+        count=1,
+        shape=(6, 32),
+        mean_aperture=PLATES_GAP,
+        recipe=Published(mismatch_ratio=2.0, wavelength_ratio=1.0, special_every=6),
+        refine_every=refine_every,
+    )
+    assert config.recipe.kind(0) == "parallel"
+    return config, _make(config, 0, replace(config.lbm, tolerance=1e-8, threads=1))
+
+
+def plates_refinement_change(b: float = PLATES_GAP) -> float:
+    """Q(2x)/Q(1x) - 1 of plates b voxels apart: with TRT's magic parameter 3/16 the node velocities are the exact
+    parabola, and the lattice's flux is their sum, b³/12 + b/24 (per unit of the force over the viscosity), so
+    refining the grid 2× changes it by [(8b³/12 + 2b/24)/8] / (b³/12 + b/24) - 1 (the 1× flux is 1/(2b²) high)."""
+    return (8 * b**3 / 12 + 2 * b / 24) / 8 / (b**3 / 12 + b / 24) - 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import require_lbm
+from conftest import parallel_plates, plates_refinement_change, require_lbm
 
 from flowlearn.cli import main
 from flowlearn.data.schema import Fracture, read_fractures, write_fractures
@@ -164,23 +164,8 @@ def test_generation_with_other_settings_refuses_to_continue_a_stopped_one(tmp_pa
 
 
 def test_a_refined_fracture_records_the_change_of_its_flow_rate_at_2x():
-    """Parallel plates b voxels apart: with TRT's magic parameter 3/16 the node velocities are the exact parabola, and
-    the lattice's flux is their sum, b³/12 + b/24 (per unit of the force over the viscosity), so refining the grid
-    2× changes the flow rate by [(8b³/12 + 2b/24)/8] / (b³/12 + b/24) - 1 (the 1× flow rate is 1/(2b²) high)."""
-    require_lbm()
-    from flowlearn.data.generate import DatasetConfig, _make
-    from flowlearn.data.recipes import Published
-
-    b = 4.0
-    config = DatasetConfig(
-        count=1,
-        shape=(6, 32),
-        mean_aperture=b,
-        recipe=Published(mismatch_ratio=2.0, wavelength_ratio=1.0, special_every=6),
-        refine_every=1,
-    )
-    assert config.recipe.kind(0) == "parallel"
-    fracture = _make(config, 0, replace(config.lbm, tolerance=1e-8))
-    expected = (8 * b**3 / 12 + 2 * b / 24) / 8 / (b**3 / 12 + b / 24) - 1  # -2.27 %
+    """Parallel plates: the recorded change is the lattice's exact one (:func:`plates_refinement_change`)."""
+    _, fracture = parallel_plates(refine_every=1)
+    expected = plates_refinement_change()  # -2.27 %
     change = fracture.provenance["convergence"]["flow_rate_change"]
     assert change == pytest.approx(expected, abs=2e-3)

@@ -4,12 +4,11 @@ provenance."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import h5py
 import numpy as np
 import pytest
-from conftest import require_lbm
+from conftest import parallel_plates, plates_refinement_change
 
 from flowlearn.cli import main
 from flowlearn.data.refinement import MEASURED, infer_rule, measured_convergence, wall_slope
@@ -53,7 +52,9 @@ def test_the_inferred_estimates_lie_on_the_line_the_measured_ones_lie_on(tmp_pat
         assert record["flow_rate_change"] == pytest.approx(line(wall_slope(fracture)), abs=1e-12)
         assert (record["how"] == MEASURED) == fracture.name.startswith("m")
     assert [wall_slope(read_fracture(path, name)) for name in ("u0", "u1")] == pytest.approx([0.2, 0.9])
-    assert read_fracture(path, "u0").provenance["convergence"]["rule"]["residual"] == pytest.approx(0, abs=1e-12)
+    assert read_fracture(path, "u0").provenance["convergence"]["rule"]["residual"] == pytest.approx(
+        0, abs=1e-12
+    )
     with h5py.File(path) as f:  # the root attributes survive the rewrite
         assert json.loads(f.attrs["recipe"]) == {"name": "test"}
 
@@ -66,22 +67,9 @@ def test_a_rule_needs_three_measured_fractures_of_different_slopes():
 
 
 def test_refine_measures_plates_as_theory_says_and_a_rerun_keeps_what_it_measured(tmp_path, capsys):
-    """Parallel plates b voxels apart: with TRT's magic parameter the lattice flux is b³/12 + b/24, so refining 2×
-    changes the flow rate by [(8b³/12 + 2b/24)/8] / (b³/12 + b/24) - 1 (see test_data_cli). The 1× flow rate stored
-    in the file is the lattice's own, so the measured change must be that."""
-    require_lbm()
-    from flowlearn.data.generate import DatasetConfig, _make
-    from flowlearn.data.recipes import Published
-
-    b = 4.0
-    config = DatasetConfig(
-        count=1,
-        shape=(6, 32),
-        mean_aperture=b,
-        recipe=Published(mismatch_ratio=2.0, wavelength_ratio=1.0, special_every=6),
-    )
-    lbm = replace(config.lbm, tolerance=1e-8, threads=1)
-    fracture = _make(config, 0, lbm)
+    """Parallel plates: the 1x flow rate stored in the file is the lattice's own, so the measured change must be the
+    lattice's exact one (:func:`plates_refinement_change`), run with the settings the file records."""
+    _, fracture = parallel_plates()
     assert "convergence" not in fracture.provenance
     path = tmp_path / "plates.h5"
     write_fractures(path, [fracture])
@@ -89,9 +77,8 @@ def test_refine_measures_plates_as_theory_says_and_a_rerun_keeps_what_it_measure
     assert main(["refine", str(path), "--threads", "1"]) == 0
     assert "measured 1 fracture(s)" in capsys.readouterr().out
     record = read_fracture(path, "fracture_000").provenance["convergence"]
-    expected = (8 * b**3 / 12 + 2 * b / 24) / 8 / (b**3 / 12 + b / 24) - 1  # -2.27 %
     assert record["how"] == MEASURED
-    assert record["flow_rate_change"] == pytest.approx(expected, abs=2e-3)
+    assert record["flow_rate_change"] == pytest.approx(plates_refinement_change(), abs=2e-3)
 
     before = path.read_bytes()
     assert main(["refine", str(path)]) == 0
