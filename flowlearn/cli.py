@@ -366,7 +366,10 @@ def _run_departure(args: argparse.Namespace) -> int:
             print(
                 f"{row.name:<16} {row.relative_std:7.3f} {row.contact_fraction:8.3f} {row.hydraulic_ratio:8.3f} "
                 f"{row.ratio:8.3f} {row.mid_slope:6.3f} {_percent(row.convergence):>7}"
+                + ("*" if row.convergence_inferred else "")
             )
+        if any(row.convergence_inferred for row in rows):
+            print("* inferred from the rms wall slope (flowlearn refine --infer); the others measured")
     summary = summarize(rows)
     low, high = summary["quartiles_departure"]
     print(

@@ -57,6 +57,10 @@ def test_the_inferred_estimates_lie_on_the_line_the_measured_ones_lie_on(tmp_pat
     )
     with h5py.File(path) as f:  # the root attributes survive the rewrite
         assert json.loads(f.attrs["recipe"]) == {"name": "test"}
+    # The per-fracture table marks the inferred changes.
+    assert main(["departure", str(path), "--table"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line[:1] in "mu"}
+    assert lines["u0"].endswith(f"{line(0.2):.2%}*") and lines["m0"].endswith(f"{line(0.1):.2%}")
 
 
 def test_a_rule_needs_three_measured_fractures_of_different_slopes():

@@ -79,6 +79,7 @@ class Departure:
         wall_slope: rms slope of the walls from the fracture's provenance ("geometry"), NaN if absent.
         convergence: relative change of the reference flow rate under 2× grid refinement, from the provenance
             ("convergence": measured, or inferred from the geometry); NaN where it records none.
+        convergence_inferred: whether ``convergence`` was inferred (:mod:`flowlearn.data.refinement`), not measured.
     """
 
     name: str
@@ -91,6 +92,7 @@ class Departure:
     mid_slope: float
     wall_slope: float
     convergence: float
+    convergence_inferred: bool = False
 
     @property
     def departure(self) -> float:
@@ -114,6 +116,7 @@ def departure(fracture: Fracture) -> Departure:
         mid_slope=mid_surface_slope(fracture),
         wall_slope=float(fracture.provenance.get("geometry", {}).get("wall_slope", math.nan)),
         convergence=float(convergence.get("flow_rate_change", math.nan)),
+        convergence_inferred=str(convergence.get("how", "")).startswith("inferred"),
     )
 
 
