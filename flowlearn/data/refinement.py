@@ -7,7 +7,7 @@ A fracture made by ``flowlearn generate --refine-every N``, or measured later by
 where Q(2×) is the LBM's flow rate between the same walls Fourier-interpolated onto a grid twice as fine
 (:func:`~flowlearn.data.convergence.refinement_change`, about 16× the cost of the fracture). The other fractures of
 a file can then carry an estimate inferred from their geometry by a stated rule (:func:`infer_rule`): a straight
-line in the rms slope of the walls, the quantity the voxel staircase's error grows with, fitted to the measured
+line in the rms slope of the walls (the voxel staircase steepens with it), fitted to the measured
 ones; the record names the rule, its coefficients, how many fractures it was fitted on and its rms residual.
 
 Only files in flowlearn's layout hold provenance; only fractures that store their walls, their voxel size and their
