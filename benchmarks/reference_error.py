@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from flowlearn.data.schema import read_fractures
 from flowlearn.models.baselines import COMPARED
 from flowlearn.reporting.heldout import MODEL, split_metrics
 from flowlearn.training.metrics import FLOW_RATE_ERR
-from flowlearn.training.predictions import read_predictions
+from flowlearn.training.predictions import group_name, read_predictions
 
 # How far each judged reference lies from Q(1x), in units of the measured 2x change c.
 REFERENCES = {"1x": 0.0, "2x": 1.0, "extrapolated": 2.0}
@@ -42,17 +43,19 @@ def main() -> None:
     parser.add_argument("--split", default="test", help="which fractures of the predictions")
     args = parser.parse_args()
 
+    # By the name a run's predictions give each fracture.
     changes = {
-        fracture.name: fracture.provenance["convergence"]["flow_rate_change"]
+        group_name(f"{Path(args.data).stem}/{fracture.name}"): fracture.provenance["convergence"][
+            "flow_rate_change"
+        ]
         for fracture in read_fractures(args.data)
         if is_measured(fracture)
     }
-    # Prediction keys are "<file stem>__<group>".
     fields = [f for f in read_predictions(args.predictions) if f.split == args.split]
-    measured = [f for f in fields if f.name.split("__", 1)[-1] in changes]
+    measured = [f for f in fields if f.name in changes]
     if not measured:
         raise SystemExit(f"no fracture of split {args.split!r} records a measured 2x change in {args.data}")
-    c = np.array([changes[f.name.split("__", 1)[-1]] for f in measured])
+    c = np.array([changes[f.name] for f in measured])
 
     held = {
         label: split_metrics(

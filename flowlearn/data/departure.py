@@ -24,6 +24,7 @@ from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
 from flowlearn.data.inclination import mid_surface_slope
+from flowlearn.data.refinement import is_inferred
 from flowlearn.data.schema import Fracture, read_fractures
 
 
@@ -116,7 +117,7 @@ def departure(fracture: Fracture) -> Departure:
         mid_slope=mid_surface_slope(fracture),
         wall_slope=float(fracture.provenance.get("geometry", {}).get("wall_slope", math.nan)),
         convergence=float(convergence.get("flow_rate_change", math.nan)),
-        convergence_inferred=str(convergence.get("how", "")).startswith("inferred"),
+        convergence_inferred=is_inferred(fracture),
     )
 
 

@@ -31,6 +31,7 @@ from flowlearn.data.schema import Fracture, detect_layout, open_file, read_fract
 from flowlearn.errors import DataValidationError
 
 MEASURED = "measured: the LBM on the 2x grid"
+INFERRED = "inferred: a straight line in the rms wall slope, fitted to this file's measured fractures"
 # Fewest measured fractures a rule is fitted on: two fix a line, a third gives its residual.
 MIN_MEASURED_FOR_RULE = 3
 
@@ -43,6 +44,11 @@ def measured_convergence(change: float) -> dict[str, Any]:
 def is_measured(fracture: Fracture) -> bool:
     """Whether ``fracture``'s provenance holds a measured convergence estimate."""
     return fracture.provenance.get("convergence", {}).get("how") == MEASURED
+
+
+def is_inferred(fracture: Fracture) -> bool:
+    """Whether ``fracture``'s provenance holds a convergence estimate inferred by a :class:`Rule`."""
+    return fracture.provenance.get("convergence", {}).get("how") == INFERRED
 
 
 def wall_slope(fracture: Fracture) -> float:
@@ -75,7 +81,7 @@ class Rule:
         """The provenance record of the estimate it gives a fracture of rms wall slope ``slope``."""
         return {
             "flow_rate_change": float(self(slope)),
-            "how": "inferred: a straight line in the rms wall slope, fitted to this file's measured fractures",
+            "how": INFERRED,
             "rule": asdict(self),
             "wall_slope": float(slope),
         }
@@ -160,17 +166,15 @@ def refine_file(
     chosen = [fracture for fracture in fractures if fracture.name in names and not is_measured(fracture)]
     for fracture in chosen:
         refinable(fracture, path)
-    for settings in {lbm_settings_of(fracture, threads) for fracture in chosen}:
-        pick_target(settings.target)  # a missing compiler or GPU: one line before the first run
+    settings = {fracture.name: lbm_settings_of(fracture, threads) for fracture in chosen}
+    for target in {each.target for each in settings.values()}:
+        pick_target(target)  # a missing compiler or GPU: one line before the first run
     measured = 0
     for fracture in chosen:
         start = time.perf_counter()
         size = fracture.voxel_size
         change = refinement_change(
-            fracture.bottom / size,
-            fracture.top / size,
-            fracture.flow_rate / size**3,
-            lbm_settings_of(fracture, threads),
+            fracture.bottom / size, fracture.top / size, fracture.flow_rate / size**3, settings[fracture.name]
         )
         fracture.provenance["convergence"] = measured_convergence(change)
         write_fractures(path, fractures, attrs=attrs)
