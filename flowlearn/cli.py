@@ -609,6 +609,8 @@ def _run_stokes(args: argparse.Namespace) -> int:
         check_box,
         check_case_dir,
         check_openfoam,
+        check_walls,
+        fracture_walls,
         stokes_fracture,
     )
     from flowlearn.data.voxels import fracture_voxels
@@ -624,7 +626,10 @@ def _run_stokes(args: argparse.Namespace) -> int:
     # Every fracture is checked (a fluid path, a mesh that fits in memory) before the first solve.
     for fracture in sources:
         try:
-            check_box(fracture_voxels(fracture, args.voxel_size), settings)
+            if args.mesh == "walls":
+                check_walls(*fracture_walls(fracture, args.voxel_size), settings)
+            else:
+                check_box(fracture_voxels(fracture, args.voxel_size), settings)
         except ValueError as err:
             raise type(err)(f"{args.data}, {fracture.name}: {err}") from err
         if args.case_dir:
@@ -636,7 +641,9 @@ def _run_stokes(args: argparse.Namespace) -> int:
     solved = []
     for fracture in sources:
         case_dir = Path(args.case_dir) / fracture.name if args.case_dir else None
-        stokes = stokes_fracture(fracture, settings, args.voxel_size, case_dir, progress=not args.quiet)
+        stokes = stokes_fracture(
+            fracture, settings, args.voxel_size, case_dir, progress=not args.quiet, mesh=args.mesh
+        )
         solved.append(stokes)
         record = stokes.provenance["stokes"]
         ratio, unexplained, departure = _agreement(fracture, stokes)
@@ -693,6 +700,13 @@ def _stokes_arguments(p: argparse.ArgumentParser) -> None:
         type=_positive_float,
         metavar="M",
         help="metres per voxel, for files that do not store it (default: each fracture's own)",
+    )
+    p.add_argument(
+        "--mesh",
+        choices=("voxels", "walls"),
+        default="voxels",
+        help="mesh the fluid voxels the LBM ran on (default), or the smooth walls the file stores (a wall-fitted "
+        "mesh, converging at second order as it is refined)",
     )
     p.add_argument(
         "--cells-per-voxel",

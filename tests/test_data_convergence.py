@@ -64,3 +64,19 @@ def test_observed_order_and_the_smooth_wall_estimate_recover_a_power_law(order):
     # Oscillating values give no estimate, nor do fewer than three solves.
     assert math.isnan(observed_order((1.0, 0.9, 0.95), (1, 2, 3)))
     assert math.isnan(smooth_wall_estimate(runs[:2])[0])
+
+
+def test_wall_fitted_solves_extrapolate_at_second_order_from_the_two_finest():
+    """Q(r) = Q∞ + C r^-2 at r = 2, 3 on the wall-fitted mesh: the estimate is Q∞ from those two alone, and a
+    coarser solve off the power law does not move it."""
+    from flowlearn.data.convergence import Resolution, smooth_wall_estimate
+
+    limit, scale = 0.87, 0.14
+    values = {1: 5.0, 2: limit + scale / 4, 3: limit + scale / 9}
+    runs = [
+        Resolution(r, 1.0, np.zeros((1, 1)), 1, 1, stokes_conductance=v, stokes_mesh="walls")
+        for r, v in values.items()
+    ]
+    smooth, order = smooth_wall_estimate(runs)
+    assert order == 2.0 and smooth == pytest.approx(limit, rel=1e-12)
+    assert np.isnan(smooth_wall_estimate(runs[-1:])[0])

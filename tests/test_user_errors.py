@@ -88,6 +88,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
         # Walls the wrong way round; walls 0.8e-4 apart about an aperture of 1e-4 (two voxels off).
         "swapped_walls": lambda g: _add_walls(g, 5e-5, -5e-5),
         "wall_gap": lambda g: _add_walls(g, -5e-5, 3e-5),
+        "walled": lambda g: _add_walls(g, -5e-5, 5e-5),
         # Walls that touch all across column 4: no path from the inlet to the outlet.
         "blocked": lambda g: g["aperture"].__setitem__((slice(None), 4), 0.0),
     }.items():
@@ -673,6 +674,15 @@ COMMAND_ROWS = [
     (
         ["stokes", "{original}"],
         "{original}, fracture_1: fracture 'fracture_1': its voxel size is unknown (or not > 0: nan)",
+    ),
+    (["stokes", "{good}", "--mesh", "cells"], "argument --mesh: invalid choice: 'cells'"),
+    (
+        ["stokes", "{good}", "--mesh", "walls"],
+        "{good}, f0: fracture 'f0': stores no walls (bottom, top), and the wall-fitted mesh follows them",
+    ),
+    (
+        ["stokes", "{walled}", "--fracture", "f2", "--mesh", "walls", "--voxel-size", "1e-12"],
+        "{walled}, f2: the wall-fitted Stokes mesh of this 6x8-voxel map at 1 cells per voxel may need",
     ),
     (["stokes", "{good}", "--case-dir", "{cases}"], "{cases}/f0: exists already; give a new folder"),
     (["stokes", "{good}", "--output", "{folder}"], "{folder}: is a directory; give a file name to write"),

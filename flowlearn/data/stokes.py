@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -57,14 +58,27 @@ from flowlearn.data.voxels import (
     fracture_voxels,
     gap_pressure,
     joined_to_ends,
+    voxel_size_of,
 )
-from flowlearn.errors import OutputError, ProblemError, ReferenceConvergenceError, UnavailableError
+from flowlearn.data.wall_mesh import WallMesh, open_columns, wall_corners, wall_mesh
+from flowlearn.errors import (
+    DataValidationError,
+    OutputError,
+    ProblemError,
+    ReferenceConvergenceError,
+    UnavailableError,
+)
 
 # The OpenFOAM tools the solve runs, in order.
 TOOLS = ("blockMesh", "subsetMesh", "simpleFoam")
 # Where Debian's package keeps OpenFOAM's etc/ (its default dictionaries); the tools find it through
 # WM_PROJECT_DIR, which only sourcing OpenFOAM's bashrc would set.
 DEBIAN_PROJECT_DIR = "/usr/share/openfoam"
+# What each mesh is, as a solve's provenance says it.
+MESHES = {
+    "voxels": "the fluid voxels split into r³ hexahedra",
+    "walls": "a hexahedral mesh fitted to the smooth walls, r x r columns per voxel",
+}
 # Kinematic viscosity and inlet pressure, voxels²/s and voxels²/s²: Stokes flow (see the module docstring).
 VISCOSITY = 1.0
 INLET_PRESSURE = 1e-4
@@ -73,6 +87,9 @@ INLET_PRESSURE = 1e-4
 # 3x3x3 (1.1 million fluid cells, 1.9 GB), 1.9 kB at 2x2x2; these bound it with a margin of about a fifth.
 BYTES_PER_BOX_CELL = 1_000
 BYTES_PER_FLUID_CELL = 2_000
+# Non-orthogonal corrections of the pressure per SIMPLE iteration on the wall-fitted mesh, whose faces between
+# columns slant with the walls (the voxel mesh is orthogonal and needs none).
+NON_ORTHOGONAL_CORRECTORS = 2
 
 
 @dataclass(frozen=True)
@@ -142,6 +159,7 @@ class StokesResult(ReferenceFlow):
         cells: finite-volume cells of the mesh.
         openfoam: the build of OpenFOAM that solved, as its tools print it ("OPENFOAM=1912 patch=200626").
         seconds: wall time of the meshing and the solve.
+        mesh: "voxels" (:func:`solve`) or "walls" (:func:`solve_walls`).
     """
 
     pressure_kinematic: np.ndarray
@@ -149,13 +167,14 @@ class StokesResult(ReferenceFlow):
     cells: int
     openfoam: str
     seconds: float
+    mesh: str = "voxels"
 
     def provenance(self, settings: StokesSettings) -> dict[str, Any]:
         """JSON-ready record of the method, settings and convergence."""
         return {
             "stokes": {
                 "library": f"OpenFOAM ({self.openfoam})",
-                "method": "simpleFoam (laminar, SIMPLEC) on the fluid voxels split into r³ hexahedra; "
+                "method": f"simpleFoam (laminar, SIMPLEC) on {MESHES[self.mesh]}; "
                 "fixed-pressure reservoirs, symmetry planes in y, no-slip walls",
                 "settings": asdict(settings),
                 "iterations": self.iterations,
@@ -203,6 +222,30 @@ def check_box(fluid: np.ndarray, settings: StokesSettings, memory: int | None = 
         )
 
 
+def check_walls(
+    bottom: np.ndarray, top: np.ndarray, settings: StokesSettings, memory: int | None = None
+) -> None:
+    """Refuse walls (float (H, W), voxels) that leave no open path from inlet to outlet, or whose wall-fitted mesh
+    could need more than ``memory`` bytes (default: what this machine has available now).
+
+    Raises:
+        ProblemError: naming the problem and, for memory, what to lower.
+    """
+    if bottom.shape != top.shape or bottom.ndim != 2:
+        raise ValueError(f"bottom and top must be equal 2D shapes, got {bottom.shape} and {top.shape}")
+    r, (height, width) = settings.cells_per_voxel, bottom.shape
+    # At most every cell of the box's columns, the gap's, the reservoirs' and the solid's, at r per voxel.
+    cells = r**3 * height * (width + 2 * settings.reservoir) * (float(top.max() - bottom.min()) + 2)
+    memory = available_memory() if memory is None else memory
+    if cells * BYTES_PER_FLUID_CELL > memory:
+        raise ProblemError(
+            f"the wall-fitted Stokes mesh of this {height}x{width}-voxel map at {r} cells per voxel may need "
+            f"{cells * BYTES_PER_FLUID_CELL / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB available: "
+            "lower cells_per_voxel or solve a smaller map"
+        )
+    open_columns(wall_corners(bottom, 1), wall_corners(top, 1))
+
+
 def check_case_dir(case_dir: str | os.PathLike) -> None:
     """Refuse to write a case into an existing folder, whose files OpenFOAM would mix with the new case's.
 
@@ -235,6 +278,79 @@ def solve(
     """
     settings = settings or StokesSettings()
     check_box(fluid, settings)
+    box = connected_fluid(add_reservoirs(fluid, settings.reservoir))
+
+    def write(case: Path) -> None:
+        write_case(case, box, settings)
+        _run(["blockMesh"], case)
+        _write_cell_set(case, box, settings.cells_per_voxel)
+        _run(["subsetMesh", "fluid", "-patch", "walls", "-overwrite"], case)
+
+    return _run_case(
+        settings,
+        case_dir,
+        progress,
+        write,
+        lambda case, iterations: _measure(case, box, settings, iterations),
+        aperture=fluid.sum(axis=2).astype(np.int64),
+    )
+
+
+def solve_walls(
+    bottom: np.ndarray,
+    top: np.ndarray,
+    settings: StokesSettings | None = None,
+    case_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> StokesResult:
+    """Solve steady Stokes flow between the smooth walls ``bottom`` and ``top`` (float (H, W), heights at the map's
+    pixel centres in voxels; periodic Fourier walls as the generator draws them) on the wall-fitted mesh of
+    :mod:`flowlearn.data.wall_mesh`, cells of about 1/``cells_per_voxel`` voxel. The result is measured as
+    :func:`solve`'s, on the voxel columns; its ``aperture`` is each column's mean gap (float64, voxels, closed parts
+    counting 0), not a count of voxels.
+
+    Raises:
+        ProblemError: the walls leave no open path from inlet to outlet, or the mesh would not fit in memory.
+        OutputError, UnavailableError, ReferenceConvergenceError, RuntimeError: as :func:`solve`.
+    """
+    settings = settings or StokesSettings()
+    check_walls(bottom, top, settings)
+    r = settings.cells_per_voxel
+    mesh = wall_mesh(bottom, top, r, settings.reservoir)
+
+    def write(case: Path) -> None:
+        write_poly_mesh(mesh, case)
+        # The walls slant the faces between columns: correct the pressure's normal gradient for it.
+        write_dictionaries(case, settings, correctors=NON_ORTHOGONAL_CORRECTORS)
+
+    return _run_case(
+        settings,
+        case_dir,
+        progress,
+        write,
+        lambda case, iterations: _measure_walls(case, mesh, r, iterations),
+        aperture=_voxel_aperture(mesh, r),
+        mesh="walls",
+    )
+
+
+def _voxel_aperture(mesh: WallMesh, r: int) -> np.ndarray:
+    """float64 (H, W): the mean gap over each voxel's r x r columns of ``mesh``, voxels (closed columns count 0)."""
+    thickness = np.where(mesh.map_cells().any(axis=2), mesh.map_thickness(), 0.0)
+    height, width = (n // r for n in thickness.shape)
+    return thickness.reshape(height, r, width, r).mean(axis=(1, 3))
+
+
+def _run_case(
+    settings: StokesSettings,
+    case_dir: str | os.PathLike | None,
+    progress: bool,
+    write: Callable[[Path], None],
+    measure: Callable[[Path, int], dict[str, Any]],
+    **fields: Any,
+) -> StokesResult:
+    """Write a case's mesh and dictionaries (``write``), solve it and ``measure`` it, in ``case_dir`` or a temporary
+    folder; ``fields``: the result's fields that the solve does not give."""
     check_openfoam(settings.processes)
     start = time.perf_counter()
     with ExitStack() as stack:
@@ -244,22 +360,19 @@ def solve(
             case = Path(case_dir)
             check_case_dir(case)
             case.mkdir(parents=True)
-        box = connected_fluid(add_reservoirs(fluid, settings.reservoir))
-        write_case(case, box, settings)
-        build = re.search(r"^Build\s*:\s*(.+)$", _run(["blockMesh"], case), re.MULTILINE)
-        _write_cell_set(case, box, settings.cells_per_voxel)
-        _run(["subsetMesh", "fluid", "-patch", "walls", "-overwrite"], case)
+        write(case)
         iterations, converged = _solve(case, settings, progress)
+        build = re.search(r"^Build\s*:\s*(.+)$", (case / "log.simpleFoam").read_text(), re.MULTILINE)
         if not converged:
             raise ReferenceConvergenceError(
                 f"Stokes solve not steady after {iterations} iterations: the pressure's residual stays above "
                 f"{settings.tolerance:.1e} (raise max_iterations, or keep the case (case_dir) and read its "
                 "log.simpleFoam)"
             )
-        result = _measure(case, box, settings, iterations)
+        result = measure(case, iterations)
     return StokesResult(
         **result,
-        aperture=fluid.sum(axis=2).astype(np.int64),
+        **fields,
         openfoam=build.group(1).strip() if build else "unknown",
         seconds=time.perf_counter() - start,
     )
@@ -278,17 +391,18 @@ def connected_fluid(box: np.ndarray) -> np.ndarray:
     return joined_to_ends(ndimage.label(box)[0])  # face (6-) connectivity, as the cells of a mesh connect
 
 
-def _foam_header(cls: str, name: str) -> str:
-    return f"FoamFile\n{{\n    version 2.0;\n    format ascii;\n    class {cls};\n    object {name};\n}}\n"
+def foam_header(cls: str, name: str, extra: str = "") -> str:
+    """The FoamFile header of an ASCII OpenFOAM file of class ``cls``; ``extra``: more entries (a ``note``)."""
+    return f"FoamFile\n{{\n    version 2.0;\n    format ascii;\n    class {cls};\n    object {name};\n{extra}}}\n"
 
 
 def write_case(case: Path, box: np.ndarray, settings: StokesSettings) -> None:
-    """The OpenFOAM dictionaries of a solve on ``box`` (bool (H, W', D), reservoirs included) in ``case``."""
+    """The OpenFOAM dictionaries of a solve on ``box`` (bool (H, W', D), reservoirs included) in ``case``, with
+    ``blockMesh``'s of the whole box."""
     height, width, depth = box.shape
     r = settings.cells_per_voxel
-    files = {
-        # The box in voxels: OpenFOAM's x is the flow (array axis 1), y the rows (axis 0), z the depth (axis 2).
-        "system/blockMeshDict": f"""convertToMeters 1;
+    # The box in voxels: OpenFOAM's x is the flow (array axis 1), y the rows (axis 0), z the depth (axis 2).
+    block_mesh = f"""convertToMeters 1;
 vertices ((0 0 0) ({width} 0 0) ({width} {height} 0) (0 {height} 0)
           (0 0 {depth}) ({width} 0 {depth}) ({width} {height} {depth}) (0 {height} {depth}));
 blocks (hex (0 1 2 3 4 5 6 7) ({r * width} {r * height} {r * depth}) simpleGrading (1 1 1));
@@ -300,7 +414,18 @@ boundary
     symmetryHigh {{ type symmetryPlane; faces ((3 7 6 2)); }}
     walls {{ type wall; faces ((0 3 2 1) (4 5 6 7)); }}
 );
-""",
+"""
+    write_dictionaries(case, settings, {"system/blockMeshDict": block_mesh})
+
+
+def write_dictionaries(
+    case: Path, settings: StokesSettings, extra: dict[str, str] | None = None, correctors: int = 0
+) -> None:
+    """The OpenFOAM dictionaries of a solve in ``case``, whatever its mesh (patches inlet, outlet, symmetry*,
+    walls), and the ``extra`` files (path in the case: body). ``correctors``: non-orthogonal corrections of the
+    pressure per iteration, which a mesh with slanted faces needs."""
+    files = {
+        **(extra or {}),
         "system/controlDict": f"""application simpleFoam;
 startFrom startTime; startTime 0; stopAt endTime; endTime {settings.max_iterations}; deltaT 1;
 writeControl timeStep; writeInterval {settings.max_iterations}; writeFormat ascii; writePrecision 15;
@@ -325,7 +450,7 @@ snGradSchemes { default corrected; }
     p {{ solver GAMG; smoother GaussSeidel; tolerance 1e-14; relTol 0.01; }}
     U {{ solver smoothSolver; smoother symGaussSeidel; tolerance 1e-14; relTol 0.01; }}
 }}
-SIMPLE {{ nNonOrthogonalCorrectors 0; consistent yes;
+SIMPLE {{ nNonOrthogonalCorrectors {correctors}; consistent yes;
          residualControl {{ p {settings.tolerance:g}; }} }}
 relaxationFactors {{ equations {{ U 0.9; }} }}
 """,
@@ -359,7 +484,7 @@ boundaryField
         path = case / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         cls = {"0/U": "volVectorField", "0/p": "volScalarField"}.get(relative, "dictionary")
-        path.write_text(_foam_header(cls, path.name) + body)
+        path.write_text(foam_header(cls, path.name) + body)
 
 
 def _split(box: np.ndarray, r: int) -> np.ndarray:
@@ -378,7 +503,7 @@ def _write_cell_set(case: Path, box: np.ndarray, r: int) -> None:
     sets = case / "constant/polyMesh/sets"
     sets.mkdir(exist_ok=True)
     with open(sets / "fluid", "w") as out:
-        out.write(_foam_header("cellSet", "fluid"))
+        out.write(foam_header("cellSet", "fluid"))
         out.write(f"{labels.size}\n(\n")
         np.savetxt(out, labels, fmt="%d")
         out.write(")\n")
@@ -515,22 +640,113 @@ def _measure(case: Path, box: np.ndarray, settings: StokesSettings, iterations: 
     }
 
 
+def _measure_walls(case: Path, mesh: WallMesh, r: int, iterations: int) -> dict[str, Any]:
+    """The dataset's fields of the solution on the wall-fitted ``mesh`` (``r`` x ``r`` columns per voxel) in
+    ``case``'s last time folder, each voxel column's over its r x r columns' gap cells."""
+    last = max((p for p in case.iterdir() if re.fullmatch(r"\d+", p.name)), key=lambda p: int(p.name))
+    velocity, pressure = _read_field(last / "U", 3), _read_field(last / "p", 1)
+    cells = int(mesh.cells.sum())
+    if len(velocity) != cells or len(pressure) != cells:
+        raise RuntimeError(f"{case}: the solution has {len(pressure)} cells, the mesh {cells}")
+    below, gap, _ = mesh.layers
+    labels = mesh.cell_labels()[:, mesh.reservoir : mesh.cells.shape[1] - mesh.reservoir, below : below + gap]
+    height, width = (n // r for n in labels.shape[:2])
+
+    def by_column(values: np.ndarray) -> np.ndarray:
+        """(rH, rW, gap) values of the map's cells -> (H, W, r·r·gap), the cells of each voxel column."""
+        blocks = values.reshape(height, r, width, r, gap).transpose(0, 2, 1, 3, 4)
+        return blocks.reshape(height, width, -1)
+
+    fluid = labels >= 0
+    on_cells = lambda values: np.where(fluid, values[np.maximum(labels, 0)], 0.0)  # noqa: E731
+    ux = on_cells(velocity[:, 0])
+    # Cells are weighed by their in-plane flux: speed times height, which differs between a voxel's columns.
+    cell_height = np.broadcast_to((mesh.map_thickness() / gap)[..., None], fluid.shape)
+    speed = np.hypot(ux, on_cells(velocity[:, 1])) * cell_height
+    active = by_column(fluid).any(axis=2)
+    result = gap_pressure(by_column(on_cells(pressure)), by_column(speed), by_column(fluid), active)
+    q_in, q_out = -_patch_flow(case, "inletFlow"), _patch_flow(case, "outletFlow")
+    return {
+        "pressure": result.pressure,
+        "pressure_kinematic": result.raw,
+        # Σ u_x dz over a voxel column's cells, per voxel of width: r columns across, r along, each 1/r wide.
+        "flux": by_column(ux * cell_height).sum(axis=2) / r**2,
+        "active": active,
+        "flow_rate": q_out,
+        "conductance": q_out * VISCOSITY / (result.inlet - result.outlet),
+        "flux_imbalance": abs(q_in - q_out) / abs(q_out) if q_out else math.inf,
+        "iterations": iterations,
+        "cells": cells,
+    }
+
+
+def write_poly_mesh(mesh: WallMesh, case: Path) -> None:
+    """Write ``mesh`` as ``case/constant/polyMesh``, in ASCII."""
+    folder = case / "constant" / "polyMesh"
+    folder.mkdir(parents=True, exist_ok=True)
+    note = (
+        f'    note "nPoints:{len(mesh.points)} nCells:{int(mesh.cells.sum())} nFaces:{len(mesh.faces)} '
+        f'nInternalFaces:{len(mesh.neighbour)}";\n'
+    )
+    lists = {
+        "points": ("vectorField", mesh.points, "(%.12g %.12g %.12g)"),
+        "faces": ("faceList", mesh.faces, "4(%d %d %d %d)"),
+        "owner": ("labelList", mesh.owner, "%d"),
+        "neighbour": ("labelList", mesh.neighbour, "%d"),
+    }
+    for name, (cls, rows, fmt) in lists.items():
+        with open(folder / name, "w") as out:
+            out.write(foam_header(cls, name, note if cls == "labelList" else ""))
+            out.write(f"{len(rows)}\n(\n")
+            np.savetxt(out, rows, fmt=fmt)
+            out.write(")\n")
+    types = {"inlet": "patch", "outlet": "patch", "walls": "wall"}
+    entries = "".join(
+        f"    {name}\n    {{\n        type {types.get(name, 'symmetryPlane')};\n"
+        f"        nFaces {count};\n        startFace {start};\n    }}\n"
+        for name, (start, count) in mesh.patches.items()
+    )
+    (folder / "boundary").write_text(
+        foam_header("polyBoundaryMesh", "boundary") + f"{len(mesh.patches)}\n(\n{entries})\n"
+    )
+
+
 def stokes_fracture(
     fracture: Fracture,
     settings: StokesSettings | None = None,
     voxel_size: float | None = None,
     case_dir: str | os.PathLike | None = None,
     progress: bool = True,
+    mesh: str = "voxels",
 ) -> Fracture:
-    """``fracture`` with its pressure and flow rate replaced by the Stokes solve's on its voxels
-    (:func:`~flowlearn.data.voxels.fracture_voxels`), in the dataset's convention; the provenance records the
-    solve. ``voxel_size`` overrides the fracture's own (metres per voxel)."""
+    """``fracture`` with its pressure and flow rate replaced by the Stokes solve's, in the dataset's convention; the
+    provenance records the solve. ``mesh``: "voxels" solves its voxels (:func:`solve` on
+    :func:`~flowlearn.data.voxels.fracture_voxels`), "walls" its smooth walls (:func:`solve_walls`; the fracture
+    must store them). ``voxel_size`` overrides the fracture's own (metres per voxel)."""
     settings = settings or StokesSettings()
     size = fracture.voxel_size if voxel_size is None else voxel_size
-    fluid = fracture_voxels(fracture, voxel_size)
-    result = solve(fluid, settings, case_dir=case_dir, progress=progress)
+    if mesh == "walls":
+        bottom, top = fracture_walls(fracture, voxel_size)
+        result = solve_walls(bottom, top, settings, case_dir=case_dir, progress=progress)
+    else:
+        result = solve(fracture_voxels(fracture, voxel_size), settings, case_dir=case_dir, progress=progress)
     return replace(
         fracture,
         **result.fracture_fields(size),
         provenance={"source": fracture.provenance, **result.provenance(settings)},
     )
+
+
+def fracture_walls(fracture: Fracture, voxel_size: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The walls of a dataset's fracture in voxels (float64 (H, W) each), for :func:`solve_walls`.
+
+    Raises:
+        DataValidationError: naming the fracture, where it stores no walls (or its voxel size is unknown).
+    """
+    size = voxel_size_of(fracture, voxel_size)
+    if fracture.bottom is None or fracture.top is None:
+        raise DataValidationError(
+            f"fracture {fracture.name!r}: stores no walls (bottom, top), and the wall-fitted mesh follows them; "
+            "solve its voxels instead (--mesh voxels)"
+        )
+    return np.asarray(fracture.bottom, np.float64) / size, np.asarray(fracture.top, np.float64) / size

@@ -177,6 +177,19 @@ def fracture_voxels(fracture: Fracture, voxel_size: float | None = None) -> np.n
         DataValidationError: naming the fracture, for a map that is not 2D with flow along x, or an unknown voxel
             size.
     """
+    size = voxel_size_of(fracture, voxel_size)
+    if fracture.bottom is not None and fracture.top is not None:
+        return voxelize(fracture.bottom / size, fracture.top / size)
+    return voxelize_aperture(np.where(fracture.active, fracture.aperture, 0.0) / size)
+
+
+def voxel_size_of(fracture: Fracture, voxel_size: float | None = None) -> float:
+    """The metres per voxel of a 3D reference on a dataset's fracture: ``voxel_size``, else the fracture's own.
+
+    Raises:
+        DataValidationError: naming the fracture, for a map that is not 2D with flow along x, or an unknown voxel
+            size.
+    """
     where = f"fracture {fracture.name!r}"
     if fracture.aperture.ndim != 2 or fracture.flow_axis != "x":
         raise DataValidationError(
@@ -189,6 +202,4 @@ def fracture_voxels(fracture: Fracture, voxel_size: float | None = None) -> np.n
             f"{where}: its voxel size is unknown (or not > 0: {size}), so its aperture cannot be voxelised; give the "
             "metres per voxel (--voxel-size)"
         )
-    if fracture.bottom is not None and fracture.top is not None:
-        return voxelize(fracture.bottom / size, fracture.top / size)
-    return voxelize_aperture(np.where(fracture.active, fracture.aperture, 0.0) / size)
+    return size
