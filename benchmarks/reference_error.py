@@ -1,6 +1,8 @@
-"""A run's held-out flow-rate errors against the reference as it is and as the LBM on a grid twice as fine gives it.
+"""A run's held-out flow-rate errors against the reference as it is, as the LBM on a grid twice as fine gives it, and
+as the Stokes flow of the smooth walls gives it.
 
-    python benchmarks/reference_error.py outputs/<date>/<time>/predictions.h5 data/fractures.h5 [--split test]
+    python benchmarks/reference_error.py outputs/<date>/<time>/predictions.h5 data/fractures.h5 [--split test] \
+        [--smooth-walls walls1.h5 walls2.h5]
 
 The fractures of DATA that record a *measured* 2× change c = Q(2×)/Q(1×) - 1 in their provenance (``flowlearn
 refine``) are judged three times, with each flow-rate error taken against:
@@ -9,7 +11,13 @@ refine``) are judged three times, with each flow-rate error taken against:
 - ``2x``: Q(1×)(1 + c), the LBM on the grid twice as fine;
 - ``extrapolated``: Q(1×)(1 + 2c), where a first-order error (h¹) would put the converged value.
 
-A gain over a closed form that holds against all three is clear of the reference's grid error; one that shrinks
+With ``--smooth-walls``, two files that ``flowlearn stokes DATA --mesh walls --cells-per-voxel R -o FILE`` wrote at
+two R, a fourth:
+
+- ``smooth walls``: their flow rates extrapolated at the wall-fitted mesh's second order, the flow that every
+  solver converges to as its grid is refined (docs/data.md, "Checking the reference").
+
+A gain over a closed form that holds against all of them is clear of the reference's grid error; one that shrinks
 from 1x to 2x was partly learned from the coarse grid's bias. Prints a markdown table of medians over fractures
 (model, the best closed form on the 1x reference, the LCL), on how many fractures the model's flow rate is closer
 than the best closed form's, and the distribution of c.
@@ -23,8 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from flowlearn.data.convergence import WALL_MESH_ORDER
 from flowlearn.data.refinement import is_measured
 from flowlearn.data.schema import read_fractures
+from flowlearn.data.stokes import extrapolate
 from flowlearn.models.baselines import COMPARED
 from flowlearn.reporting.heldout import MODEL, split_metrics
 from flowlearn.training.metrics import FLOW_RATE_ERR
@@ -41,6 +51,12 @@ def main() -> None:
     parser.add_argument("predictions", help="predictions.h5 of a run on DATA")
     parser.add_argument("data", help="the fracture file the run was trained on, with measured 2x changes")
     parser.add_argument("--split", default="test", help="which fractures of the predictions")
+    parser.add_argument(
+        "--smooth-walls",
+        nargs=2,
+        metavar="FILE",
+        help="the wall-fitted Stokes solves of DATA's fractures at two cells per voxel (flowlearn stokes --mesh walls)",
+    )
     args = parser.parse_args()
 
     # By the name a run's predictions give each fracture.
@@ -57,21 +73,32 @@ def main() -> None:
         raise SystemExit(f"no fracture of split {args.split!r} records a measured 2x change in {args.data}")
     c = np.array([changes[f.name] for f in measured])
 
+    # Each judged reference over Q(1x), per fracture.
+    factors = {label: 1 + k * c for label, k in REFERENCES.items()}
+    if args.smooth_walls:
+        smooth = _smooth_walls(args.smooth_walls, args.data)
+        missing = [f.name for f in measured if f.name not in smooth]
+        if missing:
+            raise SystemExit(f"{args.smooth_walls[0]}: no Stokes solve of {', '.join(missing)}")
+        factors["smooth walls"] = np.array([smooth[f.name] / f.flow_rate_reference for f in measured])
     held = {
         label: split_metrics(
-            [
-                replace(f, flow_rate_reference=f.flow_rate_reference * (1 + k * ci))
-                for f, ci in zip(measured, c)
-            ],
+            [replace(f, flow_rate_reference=f.flow_rate_reference * k) for f, k in zip(measured, factor)],
             args.split,
         )
-        for label, k in REFERENCES.items()
+        for label, factor in factors.items()
     }
     best = held["1x"].best(FLOW_RATE_ERR)
     print(
         f"{len(measured)} fractures of the {args.split} split with a measured 2x change: c from {c.min():+.2%} to "
         f"{c.max():+.2%}, median {np.median(c):+.2%}\n"
     )
+    if "smooth walls" in factors:
+        s = factors["smooth walls"] - 1
+        print(
+            f"smooth walls (Stokes, wall-fitted, extrapolated) against the stored reference: {s.min():+.2%} to "
+            f"{s.max():+.2%}, median {np.median(s):+.2%}\n"
+        )
     print(
         f"| flow-rate error, medians against | model | best closed form ({best}) | LCL | model closer than {best} |"
     )
@@ -82,6 +109,29 @@ def main() -> None:
             f"| {label} | {result.median(MODEL, FLOW_RATE_ERR):.2f} % | {result.median(best, FLOW_RATE_ERR):.2f} % | "
             f"{result.median(COMPARED, FLOW_RATE_ERR):.1f} % | {int((model < closed).sum())} of {len(model)} |"
         )
+
+
+def _smooth_walls(paths: list[str], data: str) -> dict[str, float]:
+    """Each fracture's smooth-wall flow rate, by the name a run's predictions give it: the two wall-fitted Stokes
+    files' flow rates extrapolated at second order in the cell size."""
+    solves = [{f.name: f for f in read_fractures(path)} for path in paths]
+    for path, fractures in zip(paths, solves):
+        meshes = {f.provenance.get("stokes", {}).get("mesh") for f in fractures.values()}
+        if meshes != {"walls"}:
+            raise SystemExit(f"{path}: not written by flowlearn stokes --mesh walls")
+    cells = [next(iter(s.values())).provenance["stokes"]["settings"]["cells_per_voxel"] for s in solves]
+    if cells[0] == cells[1]:
+        raise SystemExit(
+            f"{paths[0]} and {paths[1]}: both at {cells[0]} cells per voxel; give two resolutions"
+        )
+    coarse, fine = (solves[i] for i in np.argsort(cells))
+    ratio = max(cells) / min(cells)
+    return {
+        group_name(f"{Path(data).stem}/{name}"): extrapolate(
+            coarse[name].flow_rate, fine[name].flow_rate, ratio, WALL_MESH_ORDER
+        )
+        for name in coarse.keys() & fine.keys()
+    }
 
 
 if __name__ == "__main__":

@@ -174,6 +174,7 @@ class StokesResult(ReferenceFlow):
         return {
             "stokes": {
                 "library": f"OpenFOAM ({self.openfoam})",
+                "mesh": self.mesh,
                 "method": f"simpleFoam (laminar, SIMPLEC) on {MESHES[self.mesh]}; "
                 "fixed-pressure reservoirs, symmetry planes in y, no-slip walls",
                 "settings": asdict(settings),
