@@ -616,10 +616,8 @@ def _measure(case: Path, box: np.ndarray, settings: StokesSettings, iterations: 
         return full.reshape(shape[2], shape[0], shape[1]).transpose(1, 2, 0)
 
     def by_column(cells: np.ndarray) -> np.ndarray:
-        """(rH, rW', rD) cells of the map (reservoirs dropped) -> (H, W, r·r·rD), the cells of each voxel column."""
-        inside = cells[:, r * n : r * (n + width)]
-        blocks = inside.reshape(height, r, width, r, r * depth).transpose(0, 2, 1, 3, 4)
-        return blocks.reshape(height, width, -1)
+        """(rH, rW', rD) cells of the box -> (H, W, r·r·rD), the cells of each voxel column of the map."""
+        return _voxel_columns(cells[:, r * n : r * (n + width)], r)
 
     ux, uy = on_box(velocity[:, 0]), on_box(velocity[:, 1])
     fine_fluid = by_column(cells)
@@ -641,6 +639,14 @@ def _measure(case: Path, box: np.ndarray, settings: StokesSettings, iterations: 
     }
 
 
+def _voxel_columns(cells: np.ndarray, r: int) -> np.ndarray:
+    """(rH, rW, N) values of the cells of a map meshed r x r columns per voxel -> (H, W, r·r·N), the cells of each
+    voxel column."""
+    height, width = (n // r for n in cells.shape[:2])
+    blocks = cells.reshape(height, r, width, r, cells.shape[2]).transpose(0, 2, 1, 3, 4)
+    return blocks.reshape(height, width, -1)
+
+
 def _measure_walls(case: Path, mesh: WallMesh, r: int, iterations: int) -> dict[str, Any]:
     """The dataset's fields of the solution on the wall-fitted ``mesh`` (``r`` x ``r`` columns per voxel) in
     ``case``'s last time folder, each voxel column's over its r x r columns' gap cells."""
@@ -651,12 +657,9 @@ def _measure_walls(case: Path, mesh: WallMesh, r: int, iterations: int) -> dict[
         raise RuntimeError(f"{case}: the solution has {len(pressure)} cells, the mesh {cells}")
     below, gap, _ = mesh.layers
     labels = mesh.cell_labels()[:, mesh.reservoir : mesh.cells.shape[1] - mesh.reservoir, below : below + gap]
-    height, width = (n // r for n in labels.shape[:2])
 
     def by_column(values: np.ndarray) -> np.ndarray:
-        """(rH, rW, gap) values of the map's cells -> (H, W, r·r·gap), the cells of each voxel column."""
-        blocks = values.reshape(height, r, width, r, gap).transpose(0, 2, 1, 3, 4)
-        return blocks.reshape(height, width, -1)
+        return _voxel_columns(values, r)
 
     fluid = labels >= 0
     on_cells = lambda values: np.where(fluid, values[np.maximum(labels, 0)], 0.0)  # noqa: E731
