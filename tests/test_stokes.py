@@ -133,6 +133,22 @@ def test_the_written_file_is_in_the_datasets_convention(example_stokes):
     assert math.isfinite(stokes.flow_rate) and stokes.flow_rate > 0
 
 
+def test_the_wall_fitted_solve_of_a_fracture_with_contacts_is_a_valid_fracture_file(tmp_path):
+    """`flowlearn stokes --mesh walls` on a test fracture whose walls touch: the file it writes passes the schema
+    (aperture the walls' separation, boundary columns at 2 and 1), the contacts carry no flow, and mass is
+    conserved between inlet and outlet."""
+    output = tmp_path / "walls.h5"
+    data = ROOT / "data" / "fractures.h5"
+    argv = ["stokes", str(data), "--fracture", "fracture_041", "--mesh", "walls", "-o", str(output), "--quiet"]
+    assert main(argv) == 0
+    stokes, lbm = read_fracture(output, "fracture_041"), read_fracture(data, "fracture_041")
+    record = stokes.provenance["stokes"]
+    assert record["mesh"] == "walls" and record["flux_imbalance"] < 1e-6
+    touching = lbm.top <= lbm.bottom
+    assert touching.any() and not stokes.active[touching].any()
+    assert np.allclose(stokes.aperture, np.maximum(lbm.top - lbm.bottom, 0))
+
+
 def test_without_openfoam_one_line_and_nothing_written(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
     output = tmp_path / "out.h5"

@@ -307,8 +307,8 @@ def solve_walls(
     """Solve steady Stokes flow between the smooth walls ``bottom`` and ``top`` (float (H, W), heights at the map's
     pixel centres in voxels; periodic Fourier walls as the generator draws them) on the wall-fitted mesh of
     :mod:`flowlearn.data.wall_mesh`, cells of about 1/``cells_per_voxel`` voxel. The result is measured as
-    :func:`solve`'s, on the voxel columns; its ``aperture`` is each column's mean gap (float64, voxels, closed parts
-    counting 0), not a count of voxels.
+    :func:`solve`'s, on the voxel columns; its ``aperture`` is the walls' separation at the pixels' centres (float64,
+    voxels), not a count of voxels.
 
     Raises:
         ProblemError: the walls leave no open path from inlet to outlet, or the mesh would not fit in memory.
@@ -330,16 +330,9 @@ def solve_walls(
         progress,
         write,
         lambda case, iterations: _measure_walls(case, mesh, r, iterations),
-        aperture=_voxel_aperture(mesh, r),
+        aperture=np.maximum(top - bottom, 0.0),
         mesh="walls",
     )
-
-
-def _voxel_aperture(mesh: WallMesh, r: int) -> np.ndarray:
-    """float64 (H, W): the mean gap over each voxel's r x r columns of ``mesh``, voxels (closed columns count 0)."""
-    thickness = np.where(mesh.map_cells().any(axis=2), mesh.map_thickness(), 0.0)
-    height, width = (n // r for n in thickness.shape)
-    return thickness.reshape(height, r, width, r).mean(axis=(1, 3))
 
 
 def _run_case(
