@@ -139,7 +139,17 @@ def test_the_wall_fitted_solve_of_a_fracture_with_contacts_is_a_valid_fracture_f
     conserved between inlet and outlet."""
     output = tmp_path / "walls.h5"
     data = ROOT / "data" / "fractures.h5"
-    argv = ["stokes", str(data), "--fracture", "fracture_041", "--mesh", "walls", "-o", str(output), "--quiet"]
+    argv = [
+        "stokes",
+        str(data),
+        "--fracture",
+        "fracture_041",
+        "--mesh",
+        "walls",
+        "-o",
+        str(output),
+        "--quiet",
+    ]
     assert main(argv) == 0
     stokes, lbm = read_fracture(output, "fracture_041"), read_fracture(data, "fracture_041")
     record = stokes.provenance["stokes"]
