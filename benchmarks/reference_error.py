@@ -2,7 +2,7 @@
 as the Stokes flow of the smooth walls gives it.
 
     python benchmarks/reference_error.py outputs/<date>/<time>/predictions.h5 data/fractures.h5 [--split test] \
-        [--smooth-walls walls1.h5 walls2.h5]
+        [--smooth-walls walls1.h5 walls2.h5 ...]
 
 The fractures of DATA that record a *measured* 2× change c = Q(2×)/Q(1×) - 1 in their provenance (``flowlearn
 refine``) are judged three times, with each flow-rate error taken against:
@@ -11,8 +11,8 @@ refine``) are judged three times, with each flow-rate error taken against:
 - ``2x``: Q(1×)(1 + c), the LBM on the grid twice as fine;
 - ``extrapolated``: Q(1×)(1 + 2c), where a first-order error (h¹) would put the converged value.
 
-With ``--smooth-walls``, two files that ``flowlearn stokes DATA --mesh walls --cells-per-voxel R -o FILE`` wrote at
-two R, a fourth:
+With ``--smooth-walls``, the files that ``flowlearn stokes DATA --mesh walls --cells-per-voxel R -o FILE`` wrote at
+two R (several files per R where the fractures were split between runs), a fourth:
 
 - ``smooth walls``: their flow rates extrapolated at the wall-fitted mesh's second order, the flow that every
   solver converges to as its grid is refined (docs/data.md, "Checking the reference").
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--split", default="test", help="which fractures of the predictions")
     parser.add_argument(
         "--smooth-walls",
-        nargs=2,
+        nargs="+",
         metavar="FILE",
         help="the wall-fitted Stokes solves of DATA's fractures at two cells per voxel (flowlearn stokes --mesh walls)",
     )
@@ -112,23 +112,24 @@ def main() -> None:
 
 
 def _smooth_walls(paths: list[str], data: str) -> dict[str, float]:
-    """Each fracture's smooth-wall flow rate, by the name a run's predictions give it: the two wall-fitted Stokes
-    files' flow rates extrapolated at second order in the cell size."""
-    solves = [{f.name: f for f in read_fractures(path)} for path in paths]
-    for path, fractures in zip(paths, solves):
-        meshes = {f.provenance.get("stokes", {}).get("mesh") for f in fractures.values()}
-        if meshes != {"walls"}:
-            raise SystemExit(f"{path}: not written by flowlearn stokes --mesh walls")
-    cells = [next(iter(s.values())).provenance["stokes"]["settings"]["cells_per_voxel"] for s in solves]
-    if cells[0] == cells[1]:
+    """Each fracture's smooth-wall flow rate, by the name a run's predictions give it: its wall-fitted Stokes flow
+    rates at two resolutions extrapolated at second order in the cell size."""
+    by_resolution: dict[int, dict[str, float]] = {}
+    for path in paths:
+        for fracture in read_fractures(path):
+            record = fracture.provenance.get("stokes", {})
+            if record.get("mesh") != "walls":
+                raise SystemExit(f"{path}: {fracture.name} was not solved by flowlearn stokes --mesh walls")
+            cells = record["settings"]["cells_per_voxel"]
+            by_resolution.setdefault(cells, {})[fracture.name] = fracture.flow_rate
+    if len(by_resolution) != 2:
         raise SystemExit(
-            f"{paths[0]} and {paths[1]}: both at {cells[0]} cells per voxel; give two resolutions"
+            f"{', '.join(paths)}: give solves at two resolutions, got {sorted(by_resolution)} cells per voxel"
         )
-    coarse, fine = (solves[i] for i in np.argsort(cells))
-    ratio = max(cells) / min(cells)
+    (r_coarse, coarse), (r_fine, fine) = sorted(by_resolution.items())
     return {
         group_name(f"{Path(data).stem}/{name}"): extrapolate(
-            coarse[name].flow_rate, fine[name].flow_rate, ratio, WALL_MESH_ORDER
+            coarse[name], fine[name], r_fine / r_coarse, WALL_MESH_ORDER
         )
         for name in coarse.keys() & fine.keys()
     }

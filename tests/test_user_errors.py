@@ -532,6 +532,11 @@ def test_generate_slurm_without_a_controller_names_slurm_conf(tmp_path, capsys, 
             "error: --factors must be distinct integers >= 1 in ascending order, got [0, 1]",
         ),
         (
+            ["--stokes", "--stokes-mesh", "cells"],
+            "error: argument --stokes-mesh: invalid choice: 'cells' (choose from 'voxels', 'walls')",
+        ),
+        (["--stokes-mesh", "walls"], "error: --stokes-mesh applies with --stokes only"),
+        (
             ["--recipe", "published", "--as-generated"],
             "error: --as-generated applies to --recipe winding only",
         ),

@@ -269,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         "voxel as the factor",
     )
     args = parser.parse_args(argv)
+    if args.stokes_mesh != "voxels" and not args.stokes:
+        parser.error("--stokes-mesh applies with --stokes only")
     if args.as_generated and args.recipe != "winding":
         parser.error("--as-generated applies to --recipe winding only")
     if sorted(set(args.factors)) != args.factors or args.factors[0] < 1:
