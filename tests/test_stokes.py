@@ -71,11 +71,8 @@ def test_the_wall_fitted_mesh_converges_at_second_order_on_a_wavy_channel():
     order of :func:`~flowlearn.data.convergence.observed_order`), and mass is conserved on the slanted cells."""
     from flowlearn.data.convergence import observed_order
 
-    y, x = np.meshgrid(np.arange(4.0), np.arange(16.0), indexing="ij")
-    bottom = 0.8 * np.sin(2 * np.pi * x / 8) + 0.3 * np.cos(2 * np.pi * y / 4)
-    top = 3.0 + 0.8 * np.sin(2 * np.pi * (x + 1) / 8)
     results = [
-        solve_walls(bottom, top, StokesSettings(cells_per_voxel=r, reservoir=2), progress=False)
+        solve_walls(*_wavy_channel(), StokesSettings(cells_per_voxel=r, reservoir=2), progress=False)
         for r in (1, 2, 3)
     ]
     assert all(result.flux_imbalance < 1e-6 for result in results)
@@ -179,10 +176,24 @@ def test_an_unsteady_solve_stops_with_its_residual():
         solve(fluid, StokesSettings(max_iterations=5), progress=False)
 
 
-def test_mpi_processes_give_the_serial_solution():
-    fluid = _plates(4, solid=1)
-    serial = solve(fluid, StokesSettings(), progress=False)
-    parallel = solve(fluid, StokesSettings(processes=2), progress=False)
+def _wavy_channel() -> tuple[np.ndarray, np.ndarray]:
+    """Walls (voxels) that rise and fall along the flow and across it, never touching; slopes up to 0.6."""
+    y, x = np.meshgrid(np.arange(4.0), np.arange(16.0), indexing="ij")
+    bottom = 0.8 * np.sin(2 * np.pi * x / 8) + 0.3 * np.cos(2 * np.pi * y / 4)
+    return bottom, 3.0 + 0.8 * np.sin(2 * np.pi * (x + 1) / 8)
+
+
+@pytest.mark.parametrize(
+    "solver",
+    [
+        lambda s: solve(_plates(4, solid=1), s, progress=False),
+        lambda s: solve_walls(*_wavy_channel(), s, progress=False),
+    ],
+    ids=["voxels", "walls"],
+)
+def test_mpi_processes_give_the_serial_solution(solver):
+    serial = solver(StokesSettings())
+    parallel = solver(StokesSettings(processes=2))
     assert parallel.flow_rate == pytest.approx(serial.flow_rate, rel=1e-8)
     assert np.allclose(parallel.pressure, serial.pressure, atol=1e-8)
 

@@ -413,11 +413,16 @@ boundary
 
 
 def write_dictionaries(
-    case: Path, settings: StokesSettings, extra: dict[str, str] | None = None, correctors: int = 0
+    case: Path,
+    settings: StokesSettings,
+    extra: dict[str, str] | None = None,
+    correctors: int = 0,
+    relaxation: float = 0.9,
 ) -> None:
     """The OpenFOAM dictionaries of a solve in ``case``, whatever its mesh (patches inlet, outlet, symmetry*,
     walls), and the ``extra`` files (path in the case: body). ``correctors``: non-orthogonal corrections of the
-    pressure per iteration, which a mesh with slanted faces needs."""
+    pressure per iteration, which a mesh with slanted faces needs; ``relaxation``: the velocity's under-relaxation
+    factor (lower is slower and steadier)."""
     files = {
         **(extra or {}),
         "system/controlDict": f"""application simpleFoam;
@@ -446,7 +451,7 @@ snGradSchemes { default corrected; }
 }}
 SIMPLE {{ nNonOrthogonalCorrectors {correctors}; consistent yes;
          residualControl {{ p {settings.tolerance:g}; }} }}
-relaxationFactors {{ equations {{ U 0.9; }} }}
+relaxationFactors {{ equations {{ U {relaxation:g}; }} }}
 """,
         # Slabs along the flow: Debian's OpenFOAM is built without scotch.
         "system/decomposeParDict": f"numberOfSubdomains {settings.processes};\nmethod simple;\n"
