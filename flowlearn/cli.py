@@ -740,6 +740,13 @@ def _stokes_arguments(p: argparse.ArgumentParser) -> None:
         "--processes", type=int, metavar="N", default=d.processes, help="MPI processes of each solve"
     )
     p.add_argument(
+        "--relaxation",
+        type=float,
+        metavar="F",
+        default=d.relaxation,
+        help="the velocity's under-relaxation, in (0, 1]: lower it (0.7) where a solve diverges",
+    )
+    p.add_argument(
         "--case-dir", metavar="DIR", help="keep each fracture's OpenFOAM case in DIR/NAME (for ParaView)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")

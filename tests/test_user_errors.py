@@ -670,6 +670,8 @@ COMMAND_ROWS = [
     (["stokes", "{good}", "--tolerance", "1"], "--tolerance must be in (0, 1), got 1"),
     (["stokes", "{good}", "--max-iterations", "0"], "--max-iterations must be an integer >= 1, got 0"),
     (["stokes", "{good}", "--processes", "0"], "--processes must be an integer >= 1, got 0"),
+    (["stokes", "{good}", "--relaxation", "0"], "--relaxation must be in (0, 1], got 0.0"),
+    (["stokes", "{good}", "--relaxation", "1.5"], "--relaxation must be in (0, 1], got 1.5"),
     (["stokes", "{good}", "--voxel-size", "0"], "argument --voxel-size: must be a number > 0, got 0"),
     (["stokes", "{blocked}"], "{blocked}, f2: no fluid path joins the inlet column to the outlet column"),
     (

@@ -102,6 +102,8 @@ class StokesSettings:
         tolerance: steady when the normalised initial residuals of p and u are below.
         max_iterations: SIMPLE iterations after which an unsteady solve fails.
         processes: MPI processes (``mpirun -np``; 1: serial, no MPI).
+        relaxation: under-relaxation factor of the velocity per SIMPLE iteration; lower is slower and steadier
+            (a wall-fitted mesh of very steep walls may need 0.7).
     """
 
     cells_per_voxel: int = 1
@@ -109,6 +111,7 @@ class StokesSettings:
     tolerance: float = 1e-8
     max_iterations: int = 20_000
     processes: int = 1
+    relaxation: float = 0.9
 
     def __post_init__(self) -> None:
         check_setting(
@@ -140,6 +143,12 @@ class StokesSettings:
             "processes",
             "must be an integer >= 1",
             self.processes,
+        )
+        check_setting(
+            is_number(self.relaxation) and 0 < self.relaxation <= 1,
+            "relaxation",
+            "must be in (0, 1]",
+            self.relaxation,
         )
 
 
@@ -417,12 +426,10 @@ def write_dictionaries(
     settings: StokesSettings,
     extra: dict[str, str] | None = None,
     correctors: int = 0,
-    relaxation: float = 0.9,
 ) -> None:
     """The OpenFOAM dictionaries of a solve in ``case``, whatever its mesh (patches inlet, outlet, symmetry*,
     walls), and the ``extra`` files (path in the case: body). ``correctors``: non-orthogonal corrections of the
-    pressure per iteration, which a mesh with slanted faces needs; ``relaxation``: the velocity's under-relaxation
-    factor (lower is slower and steadier)."""
+    pressure per iteration, which a mesh with slanted faces needs."""
     files = {
         **(extra or {}),
         "system/controlDict": f"""application simpleFoam;
@@ -451,7 +458,7 @@ snGradSchemes { default corrected; }
 }}
 SIMPLE {{ nNonOrthogonalCorrectors {correctors}; consistent yes;
          residualControl {{ p {settings.tolerance:g}; }} }}
-relaxationFactors {{ equations {{ U {relaxation:g}; }} }}
+relaxationFactors {{ equations {{ U {settings.relaxation:g}; }} }}
 """,
         # Slabs along the flow: Debian's OpenFOAM is built without scotch.
         "system/decomposeParDict": f"numberOfSubdomains {settings.processes};\nmethod simple;\n"
@@ -566,6 +573,13 @@ def _solve(case: Path, settings: StokesSettings, progress: bool) -> tuple[int, b
                 converged = True
     if process.returncode != 0:
         tail = [line for line in log_path.read_text().splitlines() if not line.startswith("#")][-15:]
+        if iterations > 1:
+            # It stopped mid-way: the iterations diverged (OpenFOAM traps the overflow as a floating-point error).
+            raise ReferenceConvergenceError(
+                f"Stokes solve diverged after {iterations} iterations ({' '.join(command)} stopped): lower the "
+                f"relaxation (--relaxation, now {settings.relaxation:g}; 0.7 steadies the steepest walls), or keep "
+                "the case (case_dir) and read its log.simpleFoam"
+            )
         raise RuntimeError(f"{' '.join(command)} failed in {case}:\n" + "\n".join(tail))
     if settings.processes > 1:
         _run(["reconstructPar", "-latestTime"], case)
