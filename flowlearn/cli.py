@@ -824,7 +824,8 @@ COMMANDS = (
         "stokes",
         "an independent Stokes solve (OpenFOAM) of each fracture, against its reference",
         "Mesh the fluid voxels of each fracture of DATA exactly as the LBM saw them (the same reservoirs, symmetry "
-        "planes and no-slip walls), solve steady Stokes flow with OpenFOAM's simpleFoam, and print its flow rate "
+        "planes and no-slip walls), or with --mesh walls the smooth walls the file stores, solve steady Stokes flow "
+        "with OpenFOAM's simpleFoam, and print its flow rate "
         "and its flux-weighted gap-averaged pressure against the file's reference: Q/Q_ref, and the pressure's 1 - R² "
         "and departure error. Needs OpenFOAM (apt-get install openfoam).",
         _stokes_arguments,
