@@ -510,10 +510,16 @@ def _write_cell_set(case: Path, box: np.ndarray, r: int) -> None:
     labels = _cell_labels(_split(box, r))
     sets = case / "constant/polyMesh/sets"
     sets.mkdir(exist_ok=True)
-    with open(sets / "fluid", "w") as out:
-        out.write(foam_header("cellSet", "fluid"))
-        out.write(f"{labels.size}\n(\n")
-        np.savetxt(out, labels, fmt="%d")
+    _write_list(sets / "fluid", "cellSet", labels, "%d")
+
+
+def _write_list(path: Path, cls: str, rows: np.ndarray, fmt: str, extra: str = "") -> None:
+    """An OpenFOAM ASCII list file of class ``cls`` at ``path``: its header (with ``extra`` entries), the count,
+    and one row of ``rows`` per line in the printf format ``fmt``."""
+    with open(path, "w") as out:
+        out.write(foam_header(cls, path.name, extra))
+        out.write(f"{len(rows)}\n(\n")
+        np.savetxt(out, rows, fmt=fmt)
         out.write(")\n")
 
 
@@ -530,17 +536,13 @@ def _environment(case: Path) -> dict[str, str]:
     return env
 
 
-def _run(command: list[str], case: Path, check: bool = True) -> str:
-    """Run an OpenFOAM tool in ``case``; its output goes to ``case/log.<tool>`` and is returned."""
+def _run(command: list[str], case: Path) -> None:
+    """Run an OpenFOAM tool in ``case``; its output goes to ``case/log.<tool>``."""
     done = subprocess.run(command, cwd=case, env=_environment(case), capture_output=True, text=True)
     output = done.stdout + done.stderr
-    if check:
-        (case / f"log.{command[0]}").write_text(output)
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"{' '.join(command)} failed in {case}:\n" + "\n".join(output.splitlines()[-15:])
-            )
-    return output
+    (case / f"log.{command[0]}").write_text(output)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed in {case}:\n" + "\n".join(output.splitlines()[-15:]))
 
 
 def _solve(case: Path, settings: StokesSettings, progress: bool) -> tuple[int, bool]:
@@ -671,24 +673,23 @@ def _measure_walls(case: Path, mesh: WallMesh, r: int, iterations: int) -> dict[
         raise RuntimeError(f"{case}: the solution has {len(pressure)} cells, the mesh {cells}")
     below, gap, _ = mesh.layers
     labels = mesh.cell_labels()[:, mesh.reservoir : mesh.cells.shape[1] - mesh.reservoir, below : below + gap]
-
-    def by_column(values: np.ndarray) -> np.ndarray:
-        return _voxel_columns(values, r)
-
     fluid = labels >= 0
     on_cells = lambda values: np.where(fluid, values[np.maximum(labels, 0)], 0.0)  # noqa: E731
     ux = on_cells(velocity[:, 0])
     # Cells are weighed by their in-plane flux: speed times height, which differs between a voxel's columns.
     cell_height = np.broadcast_to((mesh.map_thickness() / gap)[..., None], fluid.shape)
     speed = np.hypot(ux, on_cells(velocity[:, 1])) * cell_height
-    active = by_column(fluid).any(axis=2)
-    result = gap_pressure(by_column(on_cells(pressure)), by_column(speed), by_column(fluid), active)
+    column_fluid = _voxel_columns(fluid, r)
+    active = column_fluid.any(axis=2)
+    result = gap_pressure(
+        _voxel_columns(on_cells(pressure), r), _voxel_columns(speed, r), column_fluid, active
+    )
     q_in, q_out = -_patch_flow(case, "inletFlow"), _patch_flow(case, "outletFlow")
     return {
         "pressure": result.pressure,
         "pressure_kinematic": result.raw,
         # Σ u_x dz over a voxel column's cells, per voxel of width: r columns across, r along, each 1/r wide.
-        "flux": by_column(ux * cell_height).sum(axis=2) / r**2,
+        "flux": _voxel_columns(ux * cell_height, r).sum(axis=2) / r**2,
         "active": active,
         "flow_rate": q_out,
         "conductance": q_out * VISCOSITY / (result.inlet - result.outlet),
@@ -713,11 +714,7 @@ def write_poly_mesh(mesh: WallMesh, case: Path) -> None:
         "neighbour": ("labelList", mesh.neighbour, "%d"),
     }
     for name, (cls, rows, fmt) in lists.items():
-        with open(folder / name, "w") as out:
-            out.write(foam_header(cls, name, note if cls == "labelList" else ""))
-            out.write(f"{len(rows)}\n(\n")
-            np.savetxt(out, rows, fmt=fmt)
-            out.write(")\n")
+        _write_list(folder / name, cls, rows, fmt, note if cls == "labelList" else "")
     types = {"inlet": "patch", "outlet": "patch", "walls": "wall"}
     entries = "".join(
         f"    {name}\n    {{\n        type {types.get(name, 'symmetryPlane')};\n"

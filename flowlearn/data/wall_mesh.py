@@ -34,6 +34,7 @@ import numpy as np
 from scipy import ndimage
 
 from flowlearn.data.roughness import refine_wall
+from flowlearn.data.voxels import joined_to_ends
 from flowlearn.errors import ProblemError
 
 # A map column's corners must be open by more than this fraction of the mean aperture for the column to be meshed:
@@ -202,11 +203,9 @@ def _joined_to_reservoirs(columns: np.ndarray) -> np.ndarray:
     """The open map columns (bool (H, W)) that a path of shared faces joins to the first or last column, which the
     reservoirs open onto; pockets cut off by contacts would make the pressure equation singular."""
     labels, _ = ndimage.label(columns)
-    keep = np.union1d(labels[:, 0], labels[:, -1])
-    joined = np.isin(labels, keep[keep > 0])
     if not np.intersect1d(labels[:, 0], labels[:, -1]).any():
         raise ProblemError("no open path joins the inlet column to the outlet column; nothing would flow")
-    return joined
+    return joined_to_ends(labels)
 
 
 # The four corners of a face across each axis of the (y, x, z) block, as offsets from the face's lowest corner,
