@@ -31,10 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from flowlearn.data.convergence import WALL_MESH_ORDER
+from flowlearn.data.reference_error import smooth_walls
 from flowlearn.data.refinement import is_measured
 from flowlearn.data.schema import read_fractures
-from flowlearn.data.stokes import extrapolate
 from flowlearn.models.baselines import COMPARED
 from flowlearn.reporting.heldout import MODEL, split_metrics
 from flowlearn.training.metrics import FLOW_RATE_ERR
@@ -76,7 +75,11 @@ def main() -> None:
     # Each judged reference over Q(1x), per fracture.
     factors = {label: 1 + k * c for label, k in REFERENCES.items()}
     if args.smooth_walls:
-        smooth = _smooth_walls(args.smooth_walls, args.data)
+        stem = Path(args.data).stem
+        smooth = {
+            group_name(f"{stem}/{name}"): walls.flow_rate
+            for name, walls in smooth_walls(args.smooth_walls).items()
+        }
         missing = [f.name for f in measured if f.name not in smooth]
         if missing:
             raise SystemExit(f"{args.smooth_walls[0]}: no Stokes solve of {', '.join(missing)}")
@@ -109,30 +112,6 @@ def main() -> None:
             f"| {label} | {result.median(MODEL, FLOW_RATE_ERR):.2f} % | {result.median(best, FLOW_RATE_ERR):.2f} % | "
             f"{result.median(COMPARED, FLOW_RATE_ERR):.1f} % | {int((model < closed).sum())} of {len(model)} |"
         )
-
-
-def _smooth_walls(paths: list[str], data: str) -> dict[str, float]:
-    """Each fracture's smooth-wall flow rate, by the name a run's predictions give it: its wall-fitted Stokes flow
-    rates at two resolutions extrapolated at second order in the cell size."""
-    by_resolution: dict[int, dict[str, float]] = {}
-    for path in paths:
-        for fracture in read_fractures(path):
-            record = fracture.provenance.get("stokes", {})
-            if record.get("mesh") != "walls":
-                raise SystemExit(f"{path}: {fracture.name} was not solved by flowlearn stokes --mesh walls")
-            cells = record["settings"]["cells_per_voxel"]
-            by_resolution.setdefault(cells, {})[fracture.name] = fracture.flow_rate
-    if len(by_resolution) != 2:
-        raise SystemExit(
-            f"{', '.join(paths)}: give solves at two resolutions, got {sorted(by_resolution)} cells per voxel"
-        )
-    (r_coarse, coarse), (r_fine, fine) = sorted(by_resolution.items())
-    return {
-        group_name(f"{Path(data).stem}/{name}"): extrapolate(
-            coarse[name], fine[name], r_fine / r_coarse, WALL_MESH_ORDER
-        )
-        for name in coarse.keys() & fine.keys()
-    }
 
 
 if __name__ == "__main__":

@@ -479,6 +479,45 @@ def _refine_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _run_smooth_walls(args: argparse.Namespace) -> int:
+    from flowlearn.data.reference_error import infer_file, record_file
+    from flowlearn.data.schema import check_writable
+
+    if not args.stokes and not args.infer:
+        raise SettingError("FILE", "missing: give the wall-fitted Stokes solves (FILE...), --infer, or both")
+    check_writable(args.data)
+    if args.stokes:
+        recorded = record_file(args.data, args.stokes)
+        print(
+            f"recorded the reference error of {len(recorded)} fracture(s) of {args.data} against their smooth walls"
+        )
+    if args.infer:
+        median, count = infer_file(args.data)
+        print(
+            f"recorded in the other fractures the median of {count} measured: flow-rate error "
+            f"{median['flow_rate_error']:+.2%}, departure error {median['departure_error']:.3g} (marked inferred)"
+        )
+    return 0
+
+
+def _smooth_walls_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "data", help="HDF5 fracture file in flowlearn's layout, with reference flow rates and pressures"
+    )
+    p.add_argument(
+        "stokes",
+        nargs="*",
+        metavar="FILE",
+        help="what flowlearn stokes DATA --mesh walls --cells-per-voxel R -o FILE wrote, at two R (several files per "
+        "R allowed)",
+    )
+    p.add_argument(
+        "--infer",
+        action="store_true",
+        help="then record in every unmeasured fracture the median of the measured ones, marked as inferred",
+    )
+
+
 def _run_check(args: argparse.Namespace) -> int:
     from flowlearn.data.conservation import check_files, summary, table
 
@@ -603,6 +642,7 @@ def _evaluate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_stokes(args: argparse.Namespace) -> int:
+    from flowlearn.data.reference_error import agreement
     from flowlearn.data.schema import check_writable, read_fracture, write_fractures
     from flowlearn.data.stokes import (
         StokesSettings,
@@ -646,7 +686,8 @@ def _run_stokes(args: argparse.Namespace) -> int:
         )
         solved.append(stokes)
         record = stokes.provenance["stokes"]
-        ratio, unexplained, departure = _agreement(fracture, stokes)
+        ratio = stokes.flow_rate / fracture.flow_rate if fracture.flow_rate else math.nan
+        unexplained, departure = agreement(fracture, stokes)
         print(
             f"{fracture.name:<16} {record['cells']:>9} {record['iterations']:>10} {record['seconds']:>8.1f} "
             f"{ratio:>8.4f} {unexplained:>9.2e} {departure:>13.2e}"
@@ -655,33 +696,6 @@ def _run_stokes(args: argparse.Namespace) -> int:
         write_fractures(args.output, solved)
         print(f"wrote the Stokes pressure and flow rate of {len(solved)} fracture(s) to {args.output}")
     return 0
-
-
-def _agreement(reference: object, stokes: object) -> tuple[float, float, float]:
-    """Q_Stokes / Q_ref, and 1 - R² and the departure error (see :data:`~flowlearn.training.metrics.METRICS`) of the
-    Stokes pressure against the reference's, over the cells active in both; NaN where the reference has no flow
-    rate or pressure."""
-    import torch
-
-    from flowlearn.training.metrics import DEPARTURE_ERR, fracture_metrics
-
-    ratio = stokes.flow_rate / reference.flow_rate if reference.flow_rate else math.nan
-    if reference.pressure is None:
-        return ratio, math.nan, math.nan
-    both = reference.active & stokes.active
-    one = lambda value: torch.as_tensor(value, dtype=torch.float64)[None]  # noqa: E731
-    metrics = fracture_metrics(
-        one(stokes.pressure),
-        one(reference.pressure),
-        torch.as_tensor(both)[None],
-        one(reference.inlet_pressure),
-        one(reference.outlet_pressure),
-        one(math.nan),
-        one(math.nan),
-    )
-    p, p_ref = stokes.pressure[both], reference.pressure[both]
-    unexplained = float(((p - p_ref) ** 2).sum() / ((p_ref - p_ref.mean()) ** 2).sum())
-    return ratio, unexplained, float(metrics[DEPARTURE_ERR])
 
 
 def _stokes_arguments(p: argparse.ArgumentParser) -> None:
@@ -801,6 +815,18 @@ COMMANDS = (
         "estimate, marked as inferred, in the others.",
         _refine_arguments,
         _run_refine,
+    ),
+    Command(
+        "smooth-walls",
+        "record each fracture's reference error against the Stokes flow of its smooth walls",
+        "From wall-fitted Stokes solves of DATA's fractures at two resolutions (flowlearn stokes DATA --mesh walls "
+        "--cells-per-voxel R -o FILE), record in each solved fracture's provenance ('reference_error') how far its "
+        "reference lies from its smooth walls: the flow rate against theirs extrapolated at second order, "
+        "Q_ref/Q_smooth - 1, and the pressure's departure error against the finer solve. flowlearn evaluate then "
+        "calls a gain over a closed form a gain only where it is larger than this error. --infer records the measured "
+        "fractures' median in the others. The file is rewritten atomically.",
+        _smooth_walls_arguments,
+        _run_smooth_walls,
     ),
     Command(
         "departure",

@@ -77,6 +77,19 @@ def files(tmp_path_factory) -> dict[str, Path]:
         f.attrs["schema"], f.attrs["schema_version"] = "flowlearn-fractures", 7
     with h5py.File(made.setdefault("foreign", base / "foreign.h5"), "w") as f:
         f.create_group("g").create_dataset("temperature", data=np.zeros((3, 3)))
+    # Stokes solves of the good fractures as flowlearn stokes -o writes them: on the voxels, on the walls at 1 and
+    # 2 cells per voxel, at 2 for f0 alone, and of fractures the good file lacks.
+    for name, mesh, cells, names in (
+        ("stokes_voxels", "voxels", 1, "f0 f1 f2 f3"),
+        ("stokes1", "walls", 1, "f0 f1 f2 f3"),
+        ("stokes2", "walls", 2, "f0 f1 f2 f3"),
+        ("stokes2_f0", "walls", 2, "f0"),
+        ("stokes_others1", "walls", 1, "g0"),
+        ("stokes_others2", "walls", 2, "g0"),
+    ):
+        made[name] = base / f"{name}.h5"
+        record = {"stokes": {"mesh": mesh, "settings": {"cells_per_voxel": cells}}}
+        write_fractures(made[name], [_fracture(n, flow_rate=1e-15, provenance=record) for n in names.split()])
     for name, edit in {
         "nan": lambda g: g["pressure"].__setitem__((2, 3), np.nan),
         "negative": lambda g: g["aperture"].__setitem__((1, 1), -1.0),
@@ -707,6 +720,40 @@ COMMAND_ROWS = [
     (
         ["refine", "{good}", "--infer-only"],
         "a rule needs at least 3 measured fractures, this file has 0: measure more first",
+    ),
+    (["smooth-walls"], "the following arguments are required: data"),
+    (
+        ["smooth-walls", "{good}"],
+        "FILE missing: give the wall-fitted Stokes solves (FILE...), --infer, or both",
+    ),
+    (["smooth-walls", "{folder}", "--infer"], "{folder}: is a directory; give a file name to write"),
+    (
+        ["smooth-walls", "{original}", "--infer"],
+        "{original}: is in the original layout, which keeps no provenance",
+    ),
+    (
+        ["smooth-walls", "{good}", "--infer"],
+        "{good}: 0 fracture(s) record a measured reference error, at least 3 are needed to infer the others'",
+    ),
+    (
+        ["smooth-walls", "{good}", "{stokes_voxels}", "{stokes2}"],
+        "{stokes_voxels}, f0: not a wall-fitted Stokes solve (flowlearn stokes --mesh walls -o FILE)",
+    ),
+    (
+        ["smooth-walls", "{good}", "{stokes1}"],
+        "{stokes1}: give wall-fitted solves at two resolutions, got [1] cells per voxel",
+    ),
+    (
+        ["smooth-walls", "{good}", "{stokes1}", "{stokes2_f0}"],
+        "{stokes1}: f1, f2, f3 solved at 1 cells per voxel but not at 2",
+    ),
+    (
+        ["smooth-walls", "{good}", "{stokes_others1}", "{stokes_others2}"],
+        "{good}: has no fracture g0, which the Stokes solves hold",
+    ),
+    (
+        ["smooth-walls", "{good}", "{stokes1}", "{stokes2}"],
+        "{good}, f0: stores no reference flow rate and pressure to judge",
     ),
 ]
 

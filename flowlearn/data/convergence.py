@@ -29,12 +29,9 @@ import numpy as np
 
 from flowlearn.data.lbm import LBMSettings, simulate
 from flowlearn.data.roughness import RoughFracture, refine, refine_wall
-from flowlearn.data.stokes import StokesSettings, extrapolate, solve_walls
+from flowlearn.data.stokes import WALL_MESH_ORDER, StokesSettings, extrapolate, solve_walls
 from flowlearn.data.stokes import solve as solve_stokes
 from flowlearn.data.voxels import ReferenceFlow, voxelize
-
-# The order at which Stokes solves on the wall-fitted mesh converge to the smooth walls' flow.
-WALL_MESH_ORDER = 2.0
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ A batch is a dict:
   :mod:`flowlearn.data.inclination`), NaN for a fracture without walls;
 - ``aperture_slope``: float (B, 2, H, W), (∂Ap/∂x, ∂Ap/∂y) of the aperture map
   (:func:`~flowlearn.data.inclination.aperture_slope`), NaN where the voxel size is unknown;
+- ``reference_error``: float (B, 3), the reference's own error against the Stokes flow of its smooth walls as the
+  provenance records it, :data:`~flowlearn.data.reference_error.ERRORS` (:mod:`flowlearn.data.reference_error`),
+  NaN where it records none;
 - ``name``: list of B strings, ``"<file stem>/<group>"``.
 
 Float tensors have the DataModule's ``dtype`` (float64 by default, the precision of the pressure solve). One batch
@@ -40,6 +43,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, Sequent
 
 from flowlearn.data.inclination import SMOOTHING, aperture_slope, inclination_tensor
 from flowlearn.data.inputs import DEFAULT_INPUTS, check_input_names, input_channels
+from flowlearn.data.reference_error import recorded_error
 from flowlearn.data.schema import list_fractures, missing_pressure, open_file, read_open
 
 
@@ -176,6 +180,7 @@ class FractureDataset(Dataset):
             "voxel_size": torch.tensor(fr.voxel_size, dtype=self.dtype),
             "inclination": torch.as_tensor(inclination_tensor(fr, self.slope_smoothing), dtype=self.dtype),
             "aperture_slope": torch.as_tensor(aperture_slope(fr), dtype=self.dtype),
+            "reference_error": torch.tensor(recorded_error(fr), dtype=self.dtype),
             "name": ref.key,
         }
 

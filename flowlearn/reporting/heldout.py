@@ -7,6 +7,11 @@ baseline, and reports the median over fractures, and the fractures on which the 
 cubic law (LCL) in both the pressure's departure and the flow rate. Medians, because a few fractures must not
 decide. A fracture without a reference flow rate cannot be judged on both: it is counted apart, as "no flow rate".
 
+Where the fractures' provenance records the reference's own error against the Stokes flow of its smooth walls
+(``flowlearn smooth-walls``, :mod:`flowlearn.data.reference_error`), a reduction of a closed form's median error is
+called a gain only where it is larger than the reference's median error in the same metric: a smaller one could be
+the reference's grid error learned.
+
     flowlearn evaluate outputs/<date>/<time>/predictions.h5            # the test split
     flowlearn evaluate predicted.h5 --split predict                    # fractures given to flowlearn predict
 """
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,16 +44,40 @@ class HeldOut:
         metrics: ``metrics[row][metric]``, float64 (fractures,) per row (``model`` and each baseline present), NaN
             where undefined.
         power_exponent: the fitted ``power`` baseline's a.
+        reference_error: ``reference_error[metric]``, float64 (fractures,): the magnitude of the reference's own
+            error in the units of each of :data:`VERDICT_METRICS`, NaN where the provenance records none.
     """
 
     names: list[str]
     metrics: dict[str, dict[str, np.ndarray]]
     power_exponent: float
+    reference_error: dict[str, np.ndarray] = field(default_factory=dict)
 
     def median(self, row: str, metric: str) -> float:
         values = self.metrics[row][metric]
         values = values[np.isfinite(values)]
         return float(np.median(values)) if values.size else math.nan
+
+    def reference_median(self, metric: str) -> float:
+        """The median over fractures of the reference's own error in ``metric``; NaN where none is recorded."""
+        values = self.reference_error.get(metric, np.array([]))
+        values = values[np.isfinite(values)]
+        return float(np.median(values)) if values.size else math.nan
+
+    def margin(self, row: str, metric: str) -> tuple[float, float]:
+        """(the model's gain over ``row`` in ``metric``, the reference's own error in it), medians over fractures in
+        the metric's norm (:func:`in_norm`): its median error minus the model's, negative where the model's is
+        higher; the error NaN where none is recorded."""
+        gain = in_norm(metric, self.median(row, metric)) - in_norm(metric, self.median(MODEL, metric))
+        return gain, in_norm(metric, self.reference_median(metric))
+
+    def clear_of_reference(self, row: str, metric: str) -> bool | None:
+        """Whether the model's gain over ``row`` in ``metric`` is larger than the reference's own error in it
+        (:meth:`margin`); None where no error is recorded or the model has no gain."""
+        gain, error = self.margin(row, metric)
+        if math.isnan(error) or not gain > 0:
+            return None
+        return bool(gain > error)
 
     def best(self, metric: str) -> str | None:
         """The closed form with the lowest median ``metric`` (:func:`~flowlearn.models.baselines.best_closed_form`),
@@ -107,7 +136,10 @@ def split_metrics(fields: Sequence[FractureFields], split: str) -> HeldOut | Non
         for row, entries in rows.items()
         if len(entries) == len(chosen)
     }
-    return HeldOut([f.name for f in chosen], metrics, chosen[0].power_exponent)
+    recorded = np.abs([f.reference_error for f in chosen])  # (fractures, ERRORS)
+    flow_rate_error, departure_error, mse = recorded.T
+    reference_error = {FLOW_RATE_ERR: 100 * flow_rate_error, DEPARTURE_ERR: departure_error, MSE: mse}
+    return HeldOut([f.name for f in chosen], metrics, chosen[0].power_exponent, reference_error)
 
 
 def held_out(
@@ -133,6 +165,18 @@ def outside_training(path: str | Path, fields: Sequence[FractureFields]) -> list
         for one in fields
         for line in out_of_range(aperture_statistics(one.aperture, one.voxel_size), ranges)
     ]
+
+
+_LABELS = {DEPARTURE_ERR: "departure", FLOW_RATE_ERR: "flow rate"}
+# Metrics that are squares of a norm of the pressure's error (a mean square; 1 − R², an energy ratio).
+SQUARED = (MSE, DEPARTURE_ERR)
+
+
+def in_norm(metric: str, value: np.ndarray | float) -> np.ndarray | float:
+    """``value`` of ``metric`` as a norm of the error: the square root of a squared metric (:data:`SQUARED`), others
+    as they are. By the triangle inequality a reference off the truth by d in a norm moves every error measured
+    against it by at most d in that norm, so gains and the reference's error compare there."""
+    return np.sqrt(value) if metric in SQUARED else value
 
 
 def _cell(value: float) -> str:
@@ -171,8 +215,15 @@ def verdict_table(result: HeldOut) -> str:
                 if reduction >= 0
                 else (f"{-reduction:.0%} higher")
             )
-            cells.append(change if row is None or label.endswith("LCL") else f"{change} ({row})")
+            notes = [] if row is None or label.endswith("LCL") else [row]
+            clear = None if row is None else result.clear_of_reference(row, metric)
+            if clear is not None:
+                notes.append("clear of the reference's error" if clear else "within the reference's error")
+            cells.append(f"{change} ({'; '.join(notes)})" if notes else change)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    reference = [_cell(result.reference_median(m)) for m in VERDICT_METRICS]
+    if any(cell != "n/a" for cell in reference):
+        lines.append("| the reference's own error (vs its smooth walls) | " + " | ".join(reference) + " |")
     lines.append("")
     for name, (departure_row, flow_row) in (
         ("the best closed form", (best[DEPARTURE_ERR], best[FLOW_RATE_ERR])),
@@ -196,4 +247,14 @@ def verdict_table(result: HeldOut) -> str:
                 f"{int((departure_better & ~judged).sum())} of them)"
             )
         lines.append(line)
+        counts = []
+        for metric, row in ((DEPARTURE_ERR, departure_row), (FLOW_RATE_ERR, flow_row)):
+            if np.isfinite(result.reference_error.get(metric, [])).any():
+                margin = in_norm(metric, result.metrics[row][metric]) - in_norm(
+                    metric, result.metrics[MODEL][metric]
+                )
+                clear = int((margin > in_norm(metric, result.reference_error[metric])).sum())
+                counts.append(f"{_LABELS[metric]} on {clear} of {len(margin)}")
+        if counts:
+            lines.append(f"  by more than the reference's own error: {', '.join(counts)}")
     return "\n".join(lines)

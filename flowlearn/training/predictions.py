@@ -16,7 +16,8 @@ and attributes ``law``, ``correction_name``, ``split`` (train/val/test, or ``pre
 pixel, NaN when the input does not say), ``power_exponent`` (the ``power`` baseline's a, NaN when none was fitted),
 ``flow_rate`` (the model's outlet flow rate, NaN for a law without flow-rate units), ``flow_rate_<baseline>`` and
 ``flow_rate_reference`` (NaN where the input has none); flow rates in the units of the data's ``flow_rate`` for the
-heads of the pressures. Files are written atomically.
+heads of the pressures; ``reference_error``, the reference's own error as the input's provenance records it
+(:data:`~flowlearn.data.reference_error.ERRORS`; absent where it records none). Files are written atomically.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 
 from flowlearn.data.datamodule import FractureDataset
+from flowlearn.data.reference_error import ERRORS
 from flowlearn.data.schema import atomic_hdf5, open_file
 from flowlearn.errors import DataValidationError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
@@ -74,6 +76,8 @@ class FractureFields:
         power_exponent: the ``power`` baseline's exponent a, NaN when none was fitted.
         flow_rate_interval: (low, high) of an ensemble's interval of the flow rate (:mod:`flowlearn.reporting.
             ensemble`), NaN for a single model.
+        reference_error: the reference's own error against the smooth walls' Stokes flow as the input's provenance
+            records it, :data:`~flowlearn.data.reference_error.ERRORS`; NaN each where it records none.
     """
 
     name: str
@@ -93,6 +97,7 @@ class FractureFields:
     baseline_flow_rates: dict[str, float]
     power_exponent: float
     flow_rate_interval: tuple[float, float] = (math.nan, math.nan)
+    reference_error: tuple[float, ...] = (math.nan,) * len(ERRORS)
 
     @property
     def pressure_compared(self) -> np.ndarray:
@@ -152,6 +157,7 @@ def predict_fields(
         flow_rate_reference=float(item["flow_rate"]),
         baseline_flow_rates={name: float(flow_rate) for name, (_, flow_rate) in baselines.items()},
         power_exponent=float(module.power_exponent),
+        reference_error=tuple(float(value) for value in item["reference_error"]),
     )
 
 
@@ -210,6 +216,8 @@ def _write_group(out: h5py.File, fields: FractureFields) -> None:
     )
     if all(math.isfinite(end) for end in fields.flow_rate_interval):
         group.attrs["flow_rate_interval"] = fields.flow_rate_interval
+    if any(math.isfinite(value) for value in fields.reference_error):
+        group.attrs["reference_error"] = fields.reference_error
     for name in FIELD_NAMES:
         if getattr(fields, name) is not None:
             group.create_dataset(name, data=getattr(fields, name))
@@ -266,4 +274,7 @@ def _read_group(name: str, group: h5py.Group) -> FractureFields:
         baseline_flow_rates={b: float(attrs.get(f"{FLOW_RATE_PREFIX}{b}", math.nan)) for b in present},
         power_exponent=float(attrs.get("power_exponent", math.nan)),
         flow_rate_interval=tuple(float(end) for end in attrs.get("flow_rate_interval", (math.nan, math.nan))),
+        reference_error=tuple(
+            float(value) for value in attrs.get("reference_error", (math.nan,) * len(ERRORS))
+        ),
     )
