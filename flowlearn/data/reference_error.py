@@ -15,7 +15,8 @@ both,
 
 and with ``--infer`` gives every other fracture of the file the median of the measured ones, marked as inferred,
 with their rms spread: on the embedded dataset the error follows neither the wall slope, the contact area nor the
-aperture's variance closely enough (correlations of 0.2-0.3 on 16 fractures) for a fitted rule to beat the median.
+aperture's variance closely enough (correlation coefficients within ±0.2 over 32 fractures) for a fitted rule to
+beat the median.
 
 :func:`recorded_error` reads the record back; the held-out verdict (:mod:`flowlearn.reporting.heldout`) calls a
 model's gain over a closed form a gain only where it is larger than this error.
