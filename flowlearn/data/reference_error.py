@@ -95,16 +95,14 @@ def smooth_walls(paths: Sequence[str | os.PathLike]) -> dict[str, SmoothWalls]:
             f"{', '.join(map(str, paths))}: give wall-fitted solves at two resolutions, got "
             f"{sorted(by_resolution) or 'none'} cells per voxel"
         )
-    (r_coarse, coarse), (r_fine, fine) = sorted(by_resolution.items())
-    for (r, these), (r_other, others) in (
-        ((r_coarse, coarse), (r_fine, fine)),
-        ((r_fine, fine), (r_coarse, coarse)),
-    ):
-        alone = sorted(these.keys() - others.keys())
+    resolutions = sorted(by_resolution)
+    for r, r_other in (resolutions, resolutions[::-1]):
+        alone = sorted(by_resolution[r].keys() - by_resolution[r_other].keys())
         if alone:
             raise DataValidationError(
                 f"{source[r]}: {', '.join(alone)} solved at {r} cells per voxel but not at {r_other}"
             )
+    (r_coarse, coarse), (r_fine, fine) = sorted(by_resolution.items())
     return {
         name: SmoothWalls(
             extrapolate(coarse[name].flow_rate, fine[name].flow_rate, r_fine / r_coarse, WALL_MESH_ORDER),
