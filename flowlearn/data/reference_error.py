@@ -76,7 +76,7 @@ def smooth_walls(paths: Sequence[str | os.PathLike]) -> dict[str, SmoothWalls]:
         DataValidationError: naming the file and fracture: a solve not on the wall-fitted mesh, other than two
             resolutions, or a fracture solved at only one of them.
     """
-    from flowlearn.data.stokes import WALL_MESH_ORDER, extrapolate
+    from flowlearn.data.stokes import extrapolate
 
     by_resolution: dict[int, dict[str, Fracture]] = {}
     source: dict[int, str] = {}
@@ -105,7 +105,7 @@ def smooth_walls(paths: Sequence[str | os.PathLike]) -> dict[str, SmoothWalls]:
     (r_coarse, coarse), (r_fine, fine) = sorted(by_resolution.items())
     return {
         name: SmoothWalls(
-            extrapolate(coarse[name].flow_rate, fine[name].flow_rate, r_fine / r_coarse, WALL_MESH_ORDER),
+            extrapolate(coarse[name].flow_rate, fine[name].flow_rate, r_fine / r_coarse),
             fine[name],
             (r_coarse, r_fine),
         )
@@ -113,11 +113,9 @@ def smooth_walls(paths: Sequence[str | os.PathLike]) -> dict[str, SmoothWalls]:
     }
 
 
-def pressure_metrics(
-    predicted: Fracture, truth: Fracture, predicted_flow_rate: float = math.nan, flow_rate: float = math.nan
-) -> dict[str, float]:
-    """:data:`~flowlearn.training.metrics.METRICS` of ``predicted``'s pressure against ``truth``'s, over the pixels
-    active in both, with ``truth``'s heads (and of the flow rates, where given), by metric name."""
+def pressure_metrics(predicted: Fracture, truth: Fracture) -> dict[str, float]:
+    """The pressure's :data:`~flowlearn.training.metrics.METRICS` of ``predicted`` against ``truth``, over the
+    pixels active in both, with ``truth``'s heads, by metric name (the flow-rate error NaN)."""
     from flowlearn.training.metrics import fracture_metrics
 
     both = predicted.active & truth.active
@@ -128,8 +126,8 @@ def pressure_metrics(
         torch.as_tensor(both)[None],
         one(truth.inlet_pressure),
         one(truth.outlet_pressure),
-        one(predicted_flow_rate),
-        one(flow_rate),
+        one(math.nan),
+        one(math.nan),
     )
     return {name: float(value[0]) for name, value in metrics.items()}
 

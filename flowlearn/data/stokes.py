@@ -387,9 +387,9 @@ def _run_case(
 WALL_MESH_ORDER = 2.0
 
 
-def extrapolate(coarse: float, fine: float, ratio: float, order: float = 2.0) -> float:
-    """Richardson extrapolation to h -> 0 of a quantity whose error falls as h^``order``, from cells of size h
-    (``coarse``) and h / ``ratio`` (``fine``)."""
+def extrapolate(coarse: float, fine: float, ratio: float, order: float = WALL_MESH_ORDER) -> float:
+    """Richardson extrapolation to h -> 0 of a quantity whose error falls as h^``order`` (by default the wall-fitted
+    mesh's), from cells of size h (``coarse``) and h / ``ratio`` (``fine``)."""
     return fine + (fine - coarse) / (ratio**order - 1)
 
 

@@ -54,15 +54,11 @@ class HeldOut:
     reference_error: dict[str, np.ndarray] = field(default_factory=dict)
 
     def median(self, row: str, metric: str) -> float:
-        values = self.metrics[row][metric]
-        values = values[np.isfinite(values)]
-        return float(np.median(values)) if values.size else math.nan
+        return _finite_median(self.metrics[row][metric])
 
     def reference_median(self, metric: str) -> float:
         """The median over fractures of the reference's own error in ``metric``; NaN where none is recorded."""
-        values = self.reference_error.get(metric, np.array([]))
-        values = values[np.isfinite(values)]
-        return float(np.median(values)) if values.size else math.nan
+        return _finite_median(self.reference_error.get(metric, np.array([])))
 
     def margin(self, row: str, metric: str) -> tuple[float, float]:
         """(the model's gain over ``row`` in ``metric``, the reference's own error in it), medians over fractures in
@@ -78,6 +74,15 @@ class HeldOut:
         if math.isnan(error) or not gain > 0:
             return None
         return bool(gain > error)
+
+    def clear_fractures(self, row: str, metric: str) -> int | None:
+        """On how many fractures the model's margin over ``row`` in ``metric`` (in its norm) exceeds that fracture's
+        reference error; None where no error is recorded."""
+        error = self.reference_error.get(metric)
+        if error is None or not np.isfinite(error).any():
+            return None
+        margin = in_norm(metric, self.metrics[row][metric]) - in_norm(metric, self.metrics[MODEL][metric])
+        return int((margin > in_norm(metric, error)).sum())
 
     def best(self, metric: str) -> str | None:
         """The closed form with the lowest median ``metric`` (:func:`~flowlearn.models.baselines.best_closed_form`),
@@ -179,6 +184,11 @@ def in_norm(metric: str, value: np.ndarray | float) -> np.ndarray | float:
     return np.sqrt(value) if metric in SQUARED else value
 
 
+def _finite_median(values: np.ndarray) -> float:
+    values = values[np.isfinite(values)]
+    return float(np.median(values)) if values.size else math.nan
+
+
 def _cell(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.3g}"
 
@@ -247,14 +257,11 @@ def verdict_table(result: HeldOut) -> str:
                 f"{int((departure_better & ~judged).sum())} of them)"
             )
         lines.append(line)
-        counts = []
-        for metric, row in ((DEPARTURE_ERR, departure_row), (FLOW_RATE_ERR, flow_row)):
-            if np.isfinite(result.reference_error.get(metric, [])).any():
-                margin = in_norm(metric, result.metrics[row][metric]) - in_norm(
-                    metric, result.metrics[MODEL][metric]
-                )
-                clear = int((margin > in_norm(metric, result.reference_error[metric])).sum())
-                counts.append(f"{_LABELS[metric]} on {clear} of {len(margin)}")
+        counts = [
+            f"{_LABELS[metric]} on {clear} of {len(result.names)}"
+            for metric, row in ((DEPARTURE_ERR, departure_row), (FLOW_RATE_ERR, flow_row))
+            if (clear := result.clear_fractures(row, metric)) is not None
+        ]
         if counts:
             lines.append(f"  by more than the reference's own error: {', '.join(counts)}")
     return "\n".join(lines)
