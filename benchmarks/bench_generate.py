@@ -8,7 +8,7 @@ derived symbolically and compiled to C for the fracture's box), then again with 
 later fracture of the same box depth in a long generation (depths are rounded to 8 voxels, so a dataset needs a
 handful of steps per process). The difference of the two is the build; the second is the simulation itself.
 
-Configurations, on the default dataset's first fractures:
+Configurations, on the default dataset's first rough fractures (not its exact cases, plates in thin boxes):
 1. one process using every core (``--processes 1``): COUNT fractures one after the other;
 2. one process per core, one thread each (``--processes N``): the processes run at once, COUNT fractures each.
 
@@ -24,6 +24,8 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+
+from fields import rough_indices
 
 from flowlearn.data import lbm
 from flowlearn.data.generate import DatasetConfig, generate_fracture
@@ -51,17 +53,18 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=2, help="fractures per process")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
-    config = DatasetConfig(count=args.count * cores)
+    config = DatasetConfig()
+    indices = rough_indices(config, args.count * cores)
     runs = {}
     # 1 process x every core.
     start = time.perf_counter()
-    times = _cold_and_warm(config, list(range(args.count)), cores)
+    times = _cold_and_warm(config, indices[: args.count], cores)
     runs[f"1 process x {cores} threads"] = (1, times, time.perf_counter() - start)
     # N processes x 1 thread, at once, on distinct fractures.
     start = time.perf_counter()
     # Fresh interpreters, as `flowlearn generate --processes` would use, not forks of one that ran OpenMP threads.
     with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context("spawn")) as pool:
-        shares = [list(range(p * args.count, (p + 1) * args.count)) for p in range(cores)]
+        shares = [indices[p * args.count : (p + 1) * args.count] for p in range(cores)]
         results = list(pool.map(_cold_and_warm, [config] * cores, shares, [1] * cores))
     runs[f"{cores} processes x 1 thread"] = (
         cores,
