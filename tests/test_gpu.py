@@ -302,6 +302,12 @@ def test_bad_gpu_solver_arguments():
         GPUEngine(method="direct", device="cpu")
     with pytest.raises(ValueError, match=r"rtol must lie in \(0, 1\)"):
         GPUEngine(method="pcg", device="cpu", rtol=0)
+    with pytest.raises(ValueError, match=r"max_iter must be a positive integer, got 0"):
+        GPUEngine(method="pcg", device="cpu", max_iter=0)
+    with pytest.raises(ValueError, match=r"refactor_iterations must be a positive integer, got -1"):
+        GPUEngine(method="pcg", device="cpu", refactor_iterations=-1)
+    with pytest.raises(ValueError, match=r"memory_fraction must lie in \(0, 1\], got 1.5"):
+        GPUEngine(method="pcg", device="cpu", memory_fraction=1.5)
     with pytest.raises(
         ValueError, match=r"unknown PCG preconditioner 'ilu'; choose one of \['jacobi', 'factor'\]"
     ):

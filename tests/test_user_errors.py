@@ -189,6 +189,11 @@ CONFIG_ROWS = [
     ("law=exponent law.initial_exponent=abc", "law.initial_exponent must be a number"),
     ("solver.rtol=-1", "solver.rtol must be > 0, got -1"),
     ("solver.rtol=abc", "solver.rtol must be > 0, got 'abc'"),
+    ("+solver.max_iter=0", "solver.max_iter must be a positive integer, got 0"),
+    ("+solver.max_change=1.5", "solver.max_change must be a number in (0, 1), got 1.5"),
+    ("+solver.reuse_budget=-5", "solver.reuse_budget must be an integer >= 0, got -5"),
+    ("+solver.multigrid_unknowns=-1", "solver.multigrid_unknowns must be an integer >= 0, got -1"),
+    ("+solver.memory_fraction=0", "solver.memory_fraction must be a number in (0, 1], got 0"),
     ("optimizer.lr=-0.001", "optimizer.lr must be > 0, got -0.001"),
     ("optimizer.lr=0", "optimizer.lr must be > 0, got 0"),
     ("optimizer.lr=abc", "optimizer.lr must be > 0, got 'abc'"),
@@ -303,6 +308,27 @@ def test_config_mistakes(files, tmp_path, capsys, monkeypatch, overrides, messag
     )
     _one_line(status, err, message)
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+ENGINE_ROWS = [
+    ("superlu", {"max_iter": 0}, "max_iter must be a positive integer, got 0"),
+    ("superlu", {"max_change": 0}, "max_change must lie in (0, 1), got 0"),
+    ("superlu", {"reuse_budget": -1}, "reuse_budget must be None or an integer >= 0, got -1"),
+    (
+        "superlu",
+        {"multigrid_unknowns": 2.5},
+        "multigrid_unknowns must be None or an integer >= 0, got 2.5",
+    ),
+]
+
+
+@pytest.mark.parametrize("name, options, message", ENGINE_ROWS)
+def test_engine_options_out_of_range(name, options, message):
+    # The Python API's check of what the config rows above check for train.py.
+    from flowlearn.engines import make_engine
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make_engine(name, **options)
 
 
 @pytest.mark.parametrize("override, message", FILE_ROWS)

@@ -46,6 +46,7 @@ import scipy.sparse as sp
 import torch
 from numba import njit, prange
 
+from flowlearn.checks import is_integer
 from flowlearn.engines.base import Engine
 from flowlearn.engines.inverse import Factor
 from flowlearn.engines.pcg import symmetric_product
@@ -136,6 +137,16 @@ class FactorEngine(Engine):
         super().__init__()
         if not 0 < rtol < 1:
             raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
+        if not 0 < max_change < 1:
+            raise ValueError(f"max_change must lie in (0, 1), got {max_change}")
+        if not is_integer(max_iter) or max_iter < 1:
+            raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+        if reuse_budget is not None and (not is_integer(reuse_budget) or reuse_budget < 0):
+            raise ValueError(f"reuse_budget must be None or an integer >= 0, got {reuse_budget!r}")
+        if multigrid_unknowns is not None and (not is_integer(multigrid_unknowns) or multigrid_unknowns < 0):
+            raise ValueError(
+                f"multigrid_unknowns must be None or an integer >= 0, got {multigrid_unknowns!r}"
+            )
         self.rtol, self.reuse, self.max_change = rtol, reuse, max_change
         self.max_iter, self.reuse_budget = max_iter, reuse_budget
         self.multigrid_unknowns = multigrid_unknowns

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from flowlearn.checks import is_integer
 from flowlearn.engines.base import Engine
 from flowlearn.engines.pcg import batched_pcg
 from flowlearn.errors import ConvergenceError, GPUUnavailableError
@@ -281,6 +282,12 @@ class GPUEngine(Engine):
             raise ValueError(f"preconditioner='factor' is PCG's; method={method!r} does not iterate")
         if not 0 < rtol < 1:
             raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
+        if not is_integer(max_iter) or max_iter < 1:
+            raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+        if not is_integer(refactor_iterations) or refactor_iterations < 1:
+            raise ValueError(f"refactor_iterations must be a positive integer, got {refactor_iterations!r}")
+        if not 0 < memory_fraction <= 1:
+            raise ValueError(f"memory_fraction must lie in (0, 1], got {memory_fraction}")
         self.method, self.rtol, self.max_iter, self.reuse = method, rtol, max_iter, reuse
         self.memory_fraction = memory_fraction
         self.preconditioner, self.refactor_iterations = preconditioner, refactor_iterations

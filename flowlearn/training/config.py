@@ -202,7 +202,16 @@ def validate_config(cfg: DictConfig) -> None:
             f"data; use {key} <= {LOOSEST_SOLVER_TOLERANCE:g} (the default is 1e-11)",
         )
     _positive(cfg, "solver.maxiter", integer=True)
+    _positive(cfg, "solver.max_iter", integer=True)
     _positive(cfg, "solver.refactor_iterations", integer=True)
+    _number(cfg, "solver.max_change", 0, high=1)
+    _integer(cfg, "solver.reuse_budget", low=0)
+    _integer(cfg, "solver.multigrid_unknowns", low=0)
+    fraction = OmegaConf.select(cfg, "solver.memory_fraction")
+    _check(
+        fraction is None or (is_number(fraction) and 0 < fraction <= 1),
+        f"solver.memory_fraction must be a number in (0, 1], got {fraction!r}",
+    )
     # optimizer
     _positive(cfg, "optimizer.lr")
     _number(cfg, "optimizer.momentum", 0, strict=False, high=1)
