@@ -187,15 +187,15 @@ def pcg_table(sizes: list[int], repeats: int, jacobi_max: int, jacobi_max_iter: 
 
 
 def _same_box(config: DatasetConfig, count: int) -> list[int]:
-    """The first ``count`` of ``config``'s first 32 rough fractures whose LBM box is the most common among them:
-    one time step serves them all."""
+    """The first ``count`` of ``config``'s rough fractures whose LBM box is the most common among the first
+    ``max(32, 4 * count)`` of them (about a quarter share it): one time step serves them all."""
 
     def depth(index: int) -> int:
         walls = config.walls(index)
         cells = voxelize(walls.bottom, walls.top).shape[2]
         return cells + -cells % DEPTH_QUANTUM
 
-    depths = {i: depth(i) for i in rough_indices(config, 32)}
+    depths = {i: depth(i) for i in rough_indices(config, max(32, 4 * count))}
     common = max(depths.values(), key=list(depths.values()).count)
     return [i for i, d in depths.items() if d == common][:count]
 
