@@ -18,9 +18,10 @@ Tables:
 3. the GPU's iterative solves against its direct one, per grid size: the training-like step's time and CG
    iterations per solve with the Jacobi preconditioner and with the cuDSS factor of the run's first matrix
    (``preconditioner="factor"``), beside the direct method's step;
-4. the LBM generator (lbmpy) on the GPU and on the CPU: converged fractures of ``flowlearn generate``'s default
-   recipe, the time step's build, seconds and steps per fracture, million lattice-cell updates per second (MLUPS),
-   fractures per hour of a long generation (the step reused), and how far apart the two devices' pressures end.
+4. the LBM generator (lbmpy) on the GPU and on the CPU: converged rough fractures of ``flowlearn generate``'s
+   default recipe (not its exact cases, plates in thin boxes), the time step's build, seconds and steps per
+   fracture, million lattice-cell updates per second (MLUPS), fractures per hour of a long generation (the step
+   reused), and how far apart the two devices' pressures end.
 
 Without a CUDA device (or without cuDSS) the GPU columns say why and the CPU columns still run; the LBM's GPU row
 needs cupy alone. The Jacobi column stops at ``--jacobi-max`` and ``--jacobi-max-iter``: its iterations grow with
