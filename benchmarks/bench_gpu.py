@@ -35,6 +35,7 @@ import gc
 import os
 import statistics
 import time
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -197,7 +198,7 @@ def _same_box(config: DatasetConfig, count: int) -> list[int]:
         return cells + -cells % DEPTH_QUANTUM
 
     depths = {i: depth(i) for i in rough_indices(config, max(32, 4 * count))}
-    common = max(depths.values(), key=list(depths.values()).count)
+    common = Counter(depths.values()).most_common(1)[0][0]
     return [i for i, d in depths.items() if d == common][:count]
 
 

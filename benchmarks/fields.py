@@ -4,11 +4,13 @@ fractures."""
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from flowlearn.data.generate import DatasetConfig
+if TYPE_CHECKING:
+    from flowlearn.data.generate import DatasetConfig
 
 
 def rough_log_k(shape: tuple[int, int], seed: int = 0) -> torch.Tensor:
@@ -30,5 +32,5 @@ def rough_indices(config: DatasetConfig, count: int) -> list[int]:
     """The indices of ``config``'s first ``count`` rough fractures. The published recipe opens every block with its
     exact cases (plates, flat mid-surfaces), whose thin LBM boxes converge in a fraction of a rough fracture's time
     and so would overstate the generator's rate."""
-    kind = getattr(config.recipe, "kind", lambda index: "rough")  # a recipe without exact cases: all rough
-    return list(itertools.islice((i for i in itertools.count() if kind(i) == "rough"), count))
+    rough = (i for i in itertools.count() if config.recipe.kind(i) == "rough")
+    return list(itertools.islice(rough, count))

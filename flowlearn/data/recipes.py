@@ -94,6 +94,11 @@ class Recipe(ABC):
         """One index of each kind of fracture the recipe makes (each kind may check its settings differently)."""
         return (0,)
 
+    def kind(self, index: int) -> str:
+        """What fracture ``index`` is: one of :data:`flowlearn.data.closure.KINDS` (all rough, unless a recipe makes
+        exact cases too)."""
+        return "rough"
+
     def walls(self, shape: tuple[int, int], mean_aperture: float, seed: int, index: int) -> RoughFracture:
         """The walls of fracture ``index`` (pixels)."""
         return self.synthesize(self.params(shape, mean_aperture, seed, index, self.draws(seed, index)))
@@ -172,7 +177,6 @@ class Published(Recipe):
         return tuple(range(len(self.SPECIAL) + 1)) if self.special_every else (0,)
 
     def kind(self, index: int) -> str:
-        """What fracture ``index`` is: one of :data:`flowlearn.data.closure.KINDS`."""
         if self.special_every and index % self.special_every < len(self.SPECIAL):
             return self.SPECIAL[index % self.special_every]
         return "rough"
