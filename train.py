@@ -19,7 +19,10 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    from flowlearn.runtime import quick_exit
     from flowlearn.training.config import hydra_errors_as_one_line
+
+    quick_exit()
 
     with hydra_errors_as_one_line():
         main()

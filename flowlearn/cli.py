@@ -19,6 +19,7 @@ from typing import NoReturn
 
 from flowlearn import __version__
 from flowlearn.errors import USER_ERROR_STATUS, USER_ERRORS, SettingError
+from flowlearn.runtime import quick_exit
 
 
 class _Parser(argparse.ArgumentParser):
@@ -923,5 +924,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USER_ERROR_STATUS
 
 
-if __name__ == "__main__":
+def console() -> None:
+    """The ``flowlearn`` console script: :func:`main` on the command line, then a quick exit."""
+    quick_exit()
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    console()

@@ -1,14 +1,16 @@
-"""Process-wide settings made when flowlearn is imported (by importing this module), each left alone where the
-user made it already.
+"""Process-wide settings made when flowlearn is imported (by importing this module).
 
-Both serve the training loop's solves, and both must come before the libraries they tune are busy: OpenMP reads
-its wait policy when torch is first imported, and malloc's settings apply to the allocations made after them. So
-``flowlearn/__init__.py`` imports this module first, and it imports nothing heavy.
+Both serve the training loop's solves, each left alone where the user made it already, and both must come before
+the libraries they tune are busy: OpenMP's wait policy, read when torch is first imported, and malloc's settings,
+which apply to the allocations made after them. So ``flowlearn/__init__.py`` imports this module first, and it
+imports nothing heavy. :func:`quick_exit`, for the entry points, shortens the interpreter's exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import gc
 import os
 from collections.abc import Callable
 
@@ -78,3 +80,18 @@ def solve_done() -> None:
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # glibc's malloc_trim where flowlearn set malloc up, else None.
 _malloc_trim = _keep_freed_memory()
+
+
+def quick_exit() -> None:
+    """Make this process's exit skip the garbage collections of the interpreter's teardown: for the entry points
+    (``train.py``, the ``flowlearn`` command), never on import, since it changes what is finalised at exit.
+
+    At exit the interpreter collects garbage several times over every object still alive while it tears its
+    modules down: with torch and Lightning loaded, 420,000 objects in 3,600 modules, 0.8-0.9 s after importing what
+    train.py imports and 1.45 s after an ``experiment=paper`` run (``gc_collect_main``, sampled with py-spy). Freezing
+    the objects once the other exit handlers have run (this handler is registered before theirs, so it runs after
+    them) leaves the collections nothing to traverse: 0.2 s. The exit handlers run and threads are joined as before;
+    what the entry points write is closed before they return. What is skipped are the finalisers of objects that
+    only the teardown's collections would free, such as those held by module globals.
+    """
+    atexit.register(gc.freeze)

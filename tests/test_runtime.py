@@ -4,8 +4,11 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parent.parent
 
 # Allocates, fills and frees a 64 MB array six times after importing flowlearn; prints the page faults of the
 # last five, and the OpenMP wait policy the process ended up with.
@@ -102,3 +105,53 @@ def test_every_engine_solve_counts_towards_the_next_trim():
     log_k = torch.zeros(8, 8, dtype=torch.float64, requires_grad=True)
     solve_pressure(log_k, problem).sum().backward()  # a forward and an adjoint solve
     assert runtime._solves - start == 2
+
+
+# Registered first, so run last: whether the objects alive at exit were frozen by then, and whether the exit
+# handlers registered after quick_exit still ran. ``{call}`` is what the process does after importing flowlearn.
+_EXIT = """
+import atexit
+import gc
+
+atexit.register(lambda: print("frozen" if gc.get_freeze_count() > 10_000 else "not frozen", flush=True))
+
+import flowlearn.runtime
+{call}
+atexit.register(lambda: print("later handler", flush=True))
+"""
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        ("flowlearn.runtime.quick_exit()", "frozen"),
+        # A library import leaves the interpreter's exit as it is.
+        ("", "not frozen"),
+    ],
+)
+def test_quick_exit_freezes_the_objects_alive_after_the_other_exit_handlers(call, expected):
+    code = _EXIT.format(call=call)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["later", "handler", *expected.split()]
+
+
+_PROBE = (
+    "import atexit, gc, runpy, sys\n"
+    "atexit.register(lambda: print('frozen' if gc.get_freeze_count() > 10_000 else 'not frozen'))\n"
+)
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "sys.argv = ['train.py', '--help']; runpy.run_path('train.py', run_name='__main__')",
+        "sys.argv = ['flowlearn', '--version']; import flowlearn.cli; flowlearn.cli.console()",
+    ],
+    ids=["train.py", "flowlearn"],
+)
+def test_the_entry_points_exit_quickly_with_their_output_and_status(run):
+    out = subprocess.run([sys.executable, "-c", _PROBE + run], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().split("\n")
+    assert lines[-1] == "frozen"
+    assert "flowlearn" in " ".join(lines[:-1])  # the command's own output came first
