@@ -35,12 +35,12 @@ class BaselineScores:
 
     Args:
         solver: The learned model's solver (an engine name or an engine), on whose device the baselines solve too.
-        cache_size: Fractures whose problems are kept between visits.
+        problems: The learned model's problems: a fracture's grid, and the engine's analysis of it, serve both.
     """
 
-    def __init__(self, solver: str | Engine | None, cache_size: int) -> None:
+    def __init__(self, solver: str | Engine | None, problems: FractureProblems) -> None:
         self.solver = solver
-        self.problems = FractureProblems(cache_size)
+        self.problems = problems
         # Per fracture (problem key), per baseline, per metric: the value (a few floats each).
         self._metrics: dict[str, dict[str, dict[str, float]]] = {}
 

@@ -109,7 +109,7 @@ class FractureFlowModule(L.LightningModule):
         # The ``power`` baseline's exponent, NaN until fitted; a buffer, so that checkpoints carry it.
         self.register_buffer("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
         self.problems = FractureProblems(cache_size)
-        self.baselines = BaselineScores(solver, cache_size)
+        self.baselines = BaselineScores(solver, self.problems)
         # The value of each baseline metric of training and validation when last logged, by column: the baselines
         # do not learn, so their metrics repeat epoch after epoch, and are logged again only when they change.
         self._logged_baselines: dict[str, float] = {}
