@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from flowlearn.data import datamodule
 from flowlearn.data.datamodule import (
     FractureDataModule,
     FractureDataset,
@@ -154,7 +155,9 @@ def open_hdf5_files() -> int:
     return len(h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE))
 
 
-def test_forked_workers_open_their_own_handles(files):
+def test_forked_workers_open_their_own_handles(files, monkeypatch):
+    # Every item read from the file, none kept: else the workers would inherit the parent's item 0.
+    monkeypatch.setattr(datamodule, "CACHED_BYTES", 0)
     dataset = FractureDataset(find_fractures(files))
     dataset[0]  # the parent now holds a handle that fork copies into the workers
     assert open_hdf5_files() >= 1
@@ -182,6 +185,37 @@ def test_workers_give_the_same_batches_and_leave_no_handle_open(files):
     for (_, p0), (_, p1) in zip(serial, parallel, strict=True):
         torch.testing.assert_close(p0, p1)
     assert open_hdf5_files() == 0
+
+
+def test_items_are_read_once_and_kept_up_to_the_byte_budget(files, monkeypatch):
+    dataset = FractureDataset(find_fractures(files))
+    reads = []
+    read = dataset._read
+    monkeypatch.setattr(dataset, "_read", lambda index: reads.append(index) or read(index))
+    first = dataset[0]
+    first["pressure"] = None  # a reader's change to its dict is its own
+    again = dataset[0]
+    assert reads == [0]
+    dataset.close()
+    other = FractureDataset(find_fractures(files))
+    fresh = other[0]
+    other.close()
+    assert again.keys() == fresh.keys()
+    for key, value in fresh.items():
+        if isinstance(value, torch.Tensor):
+            torch.testing.assert_close(again[key], value, equal_nan=True)
+    # A budget of one item's bytes keeps the first item read, and reads the others every time.
+    item_bytes = sum(v.nbytes for v in fresh.values() if isinstance(v, torch.Tensor))
+    monkeypatch.setattr(datamodule, "CACHED_BYTES", item_bytes)
+    dataset = FractureDataset(find_fractures(files))
+    reads = []
+    read = dataset._read
+    monkeypatch.setattr(dataset, "_read", lambda index: reads.append(index) or read(index))
+    for _ in range(2):
+        for index in (0, 1):
+            dataset[index]
+    assert reads == [0, 1, 1]
+    dataset.close()
 
 
 class MeanPressure(L.LightningModule):
