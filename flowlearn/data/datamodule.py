@@ -49,7 +49,7 @@ from flowlearn.data.schema import list_fractures, missing_pressure, open_file, r
 # Bytes of items a dataset keeps in memory, per process, once it has read them: a dataset that fits is read and
 # prepared once instead of at every epoch (2.3 ms per 64x64 fracture of the embedded dataset, its inclination
 # tensor and input channels included: 6 % of the default run's 99 s on 2 cores). The embedded dataset's 96
-# fractures take 25 MB, the real 256x260 fracture 4 MB.
+# fractures take 27 MiB, the real 256x260 fracture 4.6 MiB.
 CACHED_BYTES = 512 * 2**20
 
 
