@@ -30,7 +30,7 @@ from flowlearn.models.laws import (
 )
 from flowlearn.reporting.report import final_metrics
 from flowlearn.reporting.runs import read_metrics
-from flowlearn.training.batches import as_batch
+from flowlearn.training.batches import FractureProblems, as_batch
 from flowlearn.training.console import summary
 from flowlearn.training.metrics import (
     DEPARTURE_ERR,
@@ -343,3 +343,18 @@ def test_training_on_flow_rates_fixes_what_pressures_cannot_see(tmp_path):
         assert final[f"{stage}/lcl_flow_rate_err"] == pytest.approx(100 * (1 / 0.7 - 1), rel=1e-6)
         assert final[f"{stage}/flow_rate_err"] < 10, stage
     assert "flow-rate error" in (result.stdout + result.stderr).split("done:")[-1]
+
+
+def test_the_problem_cache_keeps_the_fractures_its_pixels_hold_least_recently_used_dropped_first():
+    active = torch.ones(8, 10, dtype=torch.bool)
+    problems = FractureProblems(pixels=2 * 80)  # two 8x10 fractures
+    first, second = (problems.get(name, active, 2.0, 1.0) for name in ("a", "b"))
+    assert problems.get("a", active, 2.0, 1.0) is first  # a hit, and now the most recently used
+    problems.get("c", active, 2.0, 1.0)  # drops "b", the least recently used
+    assert problems.get("a", active, 2.0, 1.0) is first
+    assert problems.get("b", active, 2.0, 1.0) is not second
+    # Another head drop is another problem; one fracture larger than the whole budget is still kept.
+    assert problems.get("a", active, 3.0, 1.0) is not first
+    large = FractureProblems(pixels=10)
+    only = large.get("a", active, 2.0, 1.0)
+    assert large.get("a", active, 2.0, 1.0) is only

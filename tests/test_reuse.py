@@ -102,6 +102,26 @@ def test_cholmod_factors_one_off_matrices_quickly_and_nearby_ones_for_reuse():
     assert solver.stats.direct_solves == 6 and solver.stats.pcg_solves == 2
 
 
+@pytest.mark.skipif(not cholmod_available(), reason=NO_CHOLMOD)
+@pytest.mark.parametrize(("shape", "ordering"), [((32, 40), "amd"), ((150, 150), "nesdis")])
+def test_the_reused_factor_is_ordered_by_nested_dissection_only_where_that_repays_its_analysis(
+    shape, ordering
+):
+    from sksparse import cholmod
+
+    from flowlearn.engines.cholmod import NESTED_DISSECTION_UNKNOWNS, CholmodEngine
+
+    layout = DarcyProblem.fracture(shape).layout
+    _, matrix = layout.system(0, _field(shape, 5).numpy().reshape(-1))
+    assert (matrix.shape[0] >= NESTED_DISSECTION_UNKNOWNS) == (ordering == "nesdis")
+    # One core: the simplicial factor that CHOLMOD solves, at both sizes.
+    engine = CholmodEngine(tree_solve_unknowns=None)
+    analysis = engine.analyze(matrix)
+    engine.factorize(matrix, analysis, expect_reuse=True)
+    expected = cholmod.analyze(matrix, mode="simplicial", ordering_method=ordering)
+    np.testing.assert_array_equal(analysis.thorough.P(), expected.P())
+
+
 def test_an_aged_factor_is_replaced_once_cg_costs_more_than_its_average_solve():
     problem = DarcyProblem.fracture((48, 48))
     # Every factor a reusable one (CHOLMOD's quick factors of one-off matrices are tested below).

@@ -17,6 +17,13 @@ from flowlearn.engines.trisolve import TreePlan, TreeSolver, in_postorder, ldl_f
 from flowlearn.errors import SolutionError, UnavailableError
 from flowlearn.threads import usable_cores
 
+# Fewest unknowns for which the thorough analysis orders a simplicial factor by nested dissection; below, by
+# approximate minimum degree, like the quick one. Nested dissection's fill is no lower on small grids and its
+# analysis costs 10-15x more (2026-11-27, simplicial LDL^T of a rough fracture's matrix; analysis, factorisation):
+# 7.2 and 1.3 ms against 0.7 and 1.1 ms at 64x64, 39 and 10.0 ms against 2.6 and 10.3 ms at 128x128 (repaid after
+# about a hundred factorisations of the pattern), 66 and 17 ms against 4 and 20 ms at 160x160 (after about twenty).
+NESTED_DISSECTION_UNKNOWNS = 20_000
+
 
 class _CholmodFactor(Factor):
     def __init__(self, factor: Any, tree: TreeSolver | None, reusable: bool = True) -> None:
@@ -60,9 +67,10 @@ class CholmodEngine(FactorEngine):
     nested-dissection analysis below costs more than a whole factorisation on small grids (0.4 s against 0.12 s at
     256x260). That factor serves its own matrix (the forward solve and its adjoint). A matrix close to the last one
     shows a training loop, and is factored after the thorough analysis, computed once per pattern, whose factors
-    then precondition the matrices after it. CHOLMOD's own nested dissection (``nesdis``: METIS bisections,
-    constrained minimum degree on the leaves) gives these factors 6-7% fewer entries than plain METIS on fracture
-    grids, so solves 10% faster at 1024x1024. Solves are what a training loop spends its time on once factors are
+    then precondition the matrices after it: nested dissection from :data:`NESTED_DISSECTION_UNKNOWNS` unknowns (and
+    for every factor solved on all cores), where its lower fill repays its analysis. CHOLMOD's own nested
+    dissection (``nesdis``: METIS bisections, constrained minimum degree on the leaves) gives these factors 6-7%
+    fewer entries than plain METIS on fracture grids, so solves 10% faster at 1024x1024. Solves are what a training loop spends its time on once factors are
     reused, and a simplicial LDL^T solves about twice as fast as CHOLMOD's supernodal solve:
 
     * below ``tree_solve_unknowns`` unknowns (or on one core) a simplicial LDL^T, solved by CHOLMOD: on small grids
@@ -139,8 +147,10 @@ class CholmodEngine(FactorEngine):
         )
         if unknowns > self.simplicial_limit:
             mode, ordering = "supernodal", "metis"
-        else:
+        elif tree or unknowns >= NESTED_DISSECTION_UNKNOWNS:
             mode, ordering = ("supernodal" if tree else "simplicial"), "nesdis"
+        else:
+            mode, ordering = "simplicial", "amd"
         try:
             return self._cholmod.analyze(matrix, mode=mode, ordering_method=ordering), tree
         except self._cholmod.CholmodError:  # a CHOLMOD built without METIS

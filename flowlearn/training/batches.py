@@ -3,7 +3,7 @@
 A batch (from :class:`~flowlearn.data.datamodule.FractureDataModule`) is a dict with ``aperture``, ``pressure``,
 ``active`` (B, *shape), ``inlet_pressure``/``outlet_pressure`` (B,), ``name`` (B strings) and more (see the
 datamodule). Every fracture gets its own :class:`~flowlearn.darcy.DarcyProblem` (its contact spots differ), kept in
-a small LRU cache so that an engine's symbolic analysis and factors, which it keeps per problem, are reused when the
+an LRU cache so that an engine's symbolic analysis and factors, which it keeps per problem, are reused when the
 fracture comes back. The problem's grid has unit pixel size and unit thickness, so that the outlet flow rate of a
 law in transmissivity units is in the units of the data's ``flow_rate`` (see :mod:`flowlearn.models.laws`).
 """
@@ -52,16 +52,26 @@ def solve_fracture(
         raise type(error)(f"fracture {name}: {error}") from error
 
 
+# Pixels of the problems a FractureProblems keeps, in all. A problem and what the CPU engine keeps for it (factor,
+# warm starts, multigrid hierarchy) take about 800 bytes a pixel after training steps (2.9 MiB at 64x64, 52 MiB at
+# 256x260), so this is about 3.3 GB: 64 fractures of 256x260, a thousand of 64x64, four of 1024x1024. A training set
+# that fits is solved from its own factors epoch after epoch; one that does not is visited in a cycle, which an LRU
+# cache serves with no hit at all.
+CACHED_PIXELS = 2**22
+
+
 class FractureProblems:
-    """The Darcy problems of the fractures last seen, at most ``size`` of them, least recently used dropped first.
+    """The Darcy problems of the fractures last seen, as many as :data:`CACHED_PIXELS` pixels hold (and at least
+    the last one), least recently used dropped first.
 
     Args:
-        size: Fractures whose problems (and so engine factors) are kept between visits.
+        pixels: Pixels of the problems kept between visits, in all.
     """
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, pixels: int = CACHED_PIXELS) -> None:
+        self.pixels = pixels
         self._problems: OrderedDict[str, DarcyProblem] = OrderedDict()
+        self._held = 0  # pixels of the problems kept
 
     @staticmethod
     def key(name: str, inlet: float, outlet: float) -> str:
@@ -83,8 +93,10 @@ class FractureProblems:
                 thickness=1.0,
                 drop_unconnected=True,
             )
-            while len(self._problems) > self.size:
-                self._problems.popitem(last=False)
+            self._held += mask.size
+            while self._held > self.pixels and len(self._problems) > 1:
+                _, dropped = self._problems.popitem(last=False)
+                self._held -= dropped.active.size
         self._problems.move_to_end(key)
         return self._problems[key]
 

@@ -32,7 +32,7 @@ from flowlearn.errors import CheckpointError, ConfigError, DivergenceError, Solu
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
 from flowlearn.models.laws import Geometry, PermeabilityLaw
 from flowlearn.training.baselines import BaselineScores
-from flowlearn.training.batches import FractureProblems, log_aperture, solve_fracture
+from flowlearn.training.batches import CACHED_PIXELS, FractureProblems, log_aperture, solve_fracture
 from flowlearn.training.gauss_newton import GaussNewton, Residuals
 from flowlearn.training.metrics import (
     IMPROVEMENT,
@@ -75,7 +75,8 @@ class FractureFlowModule(L.LightningModule):
         optimizer: Factory ``optimizer(parameters) -> torch.optim.Optimizer`` (a Hydra ``_partial_``). One that makes
             a :class:`~flowlearn.training.gauss_newton.GaussNewton` switches to manual optimisation: each training
             batch is one Levenberg–Marquardt step on the residuals of its loss (:meth:`residuals_of`).
-        cache_size: Fractures whose problems (and so engine factors) are kept between visits.
+        cache_pixels: Pixels of the fracture problems (and so engine factors) kept between visits, in all
+            (:data:`~flowlearn.training.batches.CACHED_PIXELS` by default).
         training_statistics: [min, max] of each aperture statistic over the training split
             (:mod:`flowlearn.data.statistics`), kept in checkpoints with the correction's inputs.
         flow_rate_weight: Weight of the flow-rate term of the loss (:func:`~flowlearn.training.metrics.training_loss`);
@@ -92,7 +93,7 @@ class FractureFlowModule(L.LightningModule):
         law: PermeabilityLaw,
         solver: str | Engine | None = None,
         optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
-        cache_size: int = 64,
+        cache_pixels: int = CACHED_PIXELS,
         training_statistics: dict[str, list[float]] | None = None,
         flow_rate_weight: float = 0.0,
         pressure_loss: str = "mse",
@@ -108,7 +109,7 @@ class FractureFlowModule(L.LightningModule):
         self.pressure_loss = pressure_loss
         # The ``power`` baseline's exponent, NaN until fitted; a buffer, so that checkpoints carry it.
         self.register_buffer("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
-        self.problems = FractureProblems(cache_size)
+        self.problems = FractureProblems(cache_pixels)
         self.baselines = BaselineScores(solver, self.problems)
         # The value of each baseline metric of training and validation when last logged, by column: the baselines
         # do not learn, so their metrics repeat epoch after epoch, and are logged again only when they change.
