@@ -331,6 +331,16 @@ def test_engine_options_out_of_range(name, options, message):
         make_engine(name, **options)
 
 
+@pytest.mark.parametrize("pixels", [0, -5, 2.5, "many"])
+def test_the_problem_cache_refuses_a_pixel_budget_out_of_range(pixels):
+    from flowlearn.training.batches import FractureProblems
+
+    with pytest.raises(
+        ValueError, match=re.escape(f"cache_pixels must be a positive integer, got {pixels!r}")
+    ):
+        FractureProblems(pixels)
+
+
 @pytest.mark.parametrize("override, message", FILE_ROWS)
 def test_data_and_checkpoint_file_mistakes(files, tmp_path, capsys, monkeypatch, override, message):
     names = {name: str(path) for name, path in files.items()} | {"tmp": str(tmp_path)}

@@ -14,6 +14,7 @@ from collections import OrderedDict
 
 import torch
 
+from flowlearn.checks import is_integer
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
 from flowlearn.engines import Engine, get_engine
@@ -69,6 +70,8 @@ class FractureProblems:
     """
 
     def __init__(self, pixels: int = CACHED_PIXELS) -> None:
+        if not is_integer(pixels) or pixels < 1:
+            raise ValueError(f"cache_pixels must be a positive integer, got {pixels!r}")
         self.pixels = pixels
         self._problems: OrderedDict[str, DarcyProblem] = OrderedDict()
         self._held = 0  # pixels of the problems kept
