@@ -70,8 +70,9 @@ class CholmodEngine(FactorEngine):
     then precondition the matrices after it: nested dissection from :data:`NESTED_DISSECTION_UNKNOWNS` unknowns (and
     for every factor solved on all cores), where its lower fill repays its analysis. CHOLMOD's own nested
     dissection (``nesdis``: METIS bisections, constrained minimum degree on the leaves) gives these factors 6-7%
-    fewer entries than plain METIS on fracture grids, so solves 10% faster at 1024x1024. Solves are what a training loop spends its time on once factors are
-    reused, and a simplicial LDL^T solves about twice as fast as CHOLMOD's supernodal solve:
+    fewer entries than plain METIS on fracture grids, so solves 10% faster at 1024x1024. Solves are what a training
+    loop spends its time on once factors are reused, and a simplicial LDL^T solves about twice as fast as CHOLMOD's
+    supernodal solve:
 
     * below ``tree_solve_unknowns`` unknowns (or on one core) a simplicial LDL^T, solved by CHOLMOD: on small grids
       waking the other cores costs more than they save;
