@@ -108,8 +108,8 @@ class FractureDataset(Dataset):
 
     HDF5 files are opened on first access in each process and the handles are keyed by process id, so a
     DataLoader worker started by fork never reads through a handle its parent opened; pickling drops them.
-    Items read are kept, up to :data:`CACHED_BYTES` in all, and later reads of them share their tensors: a reader
-    copies before changing one in place (batching copies).
+    Items read are kept, up to :data:`CACHED_BYTES` in all; every read returns copies of their tensors, which the
+    reader may change.
     """
 
     def __init__(
@@ -166,7 +166,9 @@ class FractureDataset(Dataset):
             if self._item_bytes + size <= CACHED_BYTES:
                 self._items[index] = item
                 self._item_bytes += size
-        return dict(item)
+        return {
+            key: value.clone() if isinstance(value, torch.Tensor) else value for key, value in item.items()
+        }
 
     def _read(self, index: int) -> dict:
         ref = self.refs[index]
