@@ -65,19 +65,30 @@ def _randomised(network: torch.nn.Module) -> torch.nn.Module:
 
 
 @pytest.mark.parametrize("make", [CNNCorrection, UNetCorrection])
-@pytest.mark.parametrize("shape", [(12, 17), (9, 9)])
-def test_a_network_returns_its_initial_value_on_plates_whatever_its_weights(make, shape):
+@pytest.mark.parametrize("shape", [(12, 17), (9, 9), (64, 64)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_network_returns_its_initial_value_on_plates_whatever_its_weights(make, shape, dtype):
     names = ["aperture", "aperture_gradient", "walls"]
     inputs = torch.from_numpy(input_channels(plates(shape=shape), names)).unsqueeze(0).expand(2, -1, -1, -1)
-    anchored = _randomised(make(channels=4, inputs=names, initial=0.25))
+    anchored = _randomised(make(channels=4, inputs=names, initial=0.25)).to(dtype)
+    # float32 convolutions give the plates and the anchor, which go through in one batch, the same bits; float64
+    # ones (im2col and a matrix product over the whole batch) may round them differently, by an ulp of g.
+    atol = 0 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(
-        anchored(inputs), torch.full((2, *shape), 0.25, dtype=torch.float64), rtol=0, atol=1e-13
+        anchored(inputs), torch.full((2, *shape), 0.25, dtype=torch.float64), rtol=0, atol=atol
     )
+
+
+@pytest.mark.parametrize("make", [CNNCorrection, UNetCorrection])
+def test_the_anchor_shifts_every_item_by_the_same_map(make):
+    shape, names = (12, 17), ["aperture", "aperture_gradient", "walls"]
+    inputs = torch.from_numpy(input_channels(plates(shape=shape), names)).unsqueeze(0)
+    anchored = _randomised(make(channels=4, inputs=names, initial=0.25))
     bare = _randomised(make(channels=4, inputs=names, initial=0.25, exact_on_plates=False))
     assert (bare(inputs) - 0.25).abs().min() > 1e-3  # without the anchor, the weights move W on plates
     # And on a rough fracture the anchor changes the raw correction by a single map, the same for every item.
     rough = torch.from_numpy(input_channels(walled_fracture("f", shape, seed=3), names)).unsqueeze(0)
-    both = torch.cat([rough, inputs[:1]])
+    both = torch.cat([rough, inputs])
     shift = bare(both) - anchored(both)
     torch.testing.assert_close(shift[0], shift[1], rtol=0, atol=1e-13)
 
@@ -130,6 +141,7 @@ def exact_flow_rate(fracture: Fracture, slope_x: float, slope_y: float) -> float
     "overrides",
     [
         pytest.param(("trainer.max_epochs=2", "model.channels=4"), id="short"),
+        pytest.param(("trainer.max_epochs=2", "model.channels=4", "trainer.precision=32-true"), id="float32"),
         pytest.param((), id="default", marks=pytest.mark.slow),
     ],
 )

@@ -210,6 +210,13 @@ CONFIG_ROWS = [
     ("trainer.max_epochs=0", "trainer.max_epochs must be a positive integer, got 0"),
     ("trainer.max_epochs=2.5", "trainer.max_epochs must be a positive integer, got 2.5"),
     ("trainer.devices=0", "trainer.devices must be a positive integer or auto, got 0"),
+    # Lightning's mixed and 16-bit precisions would silently leave the float64 model as it is.
+    (
+        "trainer.precision=bf16-mixed",
+        "trainer.precision must be one of ['64-true', '32-true'] (the correction",
+    ),
+    ("trainer.precision=16", "trainer.precision must be one of ['64-true', '32-true']"),
+    ("trainer.precision=64-false", "trainer.precision must be one of ['64-true', '32-true']"),
     ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps must be a positive integer"),
     ("trainer.check_val_every_n_epoch=-1", "trainer.check_val_every_n_epoch must be a positive integer"),
     ("+logger.flush_logs_every_n_steps=0", "logger.flush_logs_every_n_steps must be a positive integer"),

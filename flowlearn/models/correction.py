@@ -51,7 +51,7 @@ class PixelCorrection(nn.Module):
             raise ValueError(
                 f"model=pixel was built for fractures of shape {self.shape}, got {tuple(inputs.shape[2:])}"
             )
-        return self.raw.expand(inputs.shape[0], *self.shape)
+        return self.raw.to(torch.float64).expand(inputs.shape[0], *self.shape)
 
     @property
     def description(self) -> str:
@@ -94,22 +94,28 @@ class _Network(nn.Module):
         return f"model={self.config_name} ({', '.join(values)})"
 
     def _output(self, inputs: torch.Tensor) -> torch.Tensor:
-        """g: float64 (B, *shape) from the input channels, float64 (B, C, *shape)."""
+        """g (B, *shape) from the input channels (B, C, *shape), both in the dtype of the weights."""
         raise NotImplementedError
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Raw correction (B, *shape) float64 from the input channels (B, C, *shape), any shape."""
-        inputs = inputs.to(torch.float64)
-        raw = self._output(inputs)
+        """Raw correction (B, *shape) float64 from the input channels (B, C, *shape), any shape and float dtype.
+        The network computes in the dtype of its weights (``trainer.precision``)."""
+        inputs = inputs.to(self.head.weight.dtype)
         if self.exact_on_plates:
-            values = torch.tensor(plate_channels(self.inputs, inputs.ndim - 2), dtype=torch.float64)
+            values = torch.tensor(plate_channels(self.inputs, inputs.ndim - 2), dtype=inputs.dtype)
             plates = (
                 values.to(inputs.device)
                 .view(1, -1, *[1] * (inputs.ndim - 2))
                 .expand(1, -1, *inputs.shape[2:])
             )
-            raw = raw - self._output(plates)
-        return self.initial + raw
+            # The plates go through in the inputs' batch: a float32 convolution may choose its algorithm by the
+            # batch's size, and within one batch it gives plates the anchor's bits (W = 1 exactly); float64 ones
+            # round the two alike to an ulp of g.
+            output = self._output(torch.cat([inputs, plates]))
+            raw = output[:-1] - output[-1:]
+        else:
+            raw = self._output(inputs)
+        return self.initial + raw.to(torch.float64)
 
 
 class CNNCorrection(_Network):

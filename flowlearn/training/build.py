@@ -20,6 +20,7 @@ from flowlearn.errors import CheckpointError, ConfigError, RunDirectoryError
 from flowlearn.models.correction import PixelCorrection
 from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.training.checkpoints import read_checkpoint
+from flowlearn.training.config import model_precision
 from flowlearn.training.module import TRAINING_DATA, FractureFlowModule
 
 
@@ -29,11 +30,21 @@ def model_inputs(model_cfg: DictConfig) -> tuple[str, ...]:
     return tuple(OmegaConf.select(model_cfg, "inputs", default=DEFAULT_INPUTS))
 
 
+def model_dtype(cfg: DictConfig) -> torch.dtype:
+    """The dtype of the correction model that a run's ``trainer.precision`` asks for (float64 where it is unset);
+    see :data:`~flowlearn.training.config.MODEL_PRECISIONS`."""
+    return getattr(torch, model_precision(OmegaConf.select(cfg, "trainer.precision", default="64-true")))
+
+
 def build_correction(
-    model_cfg: DictConfig, law: PermeabilityLaw, train_refs: Sequence[FractureRef], batch_size: int = 1
+    model_cfg: DictConfig,
+    law: PermeabilityLaw,
+    train_refs: Sequence[FractureRef],
+    batch_size: int = 1,
+    dtype: torch.dtype = torch.float64,
 ) -> nn.Module:
-    """Instantiate the correction model, filling in what the data decides: the shape of a pixel model, the
-    dimension of a CNN, and the law's starting value. A network too large for the training maps or for this
+    """Instantiate the correction model in ``dtype``, filling in what the data decides: the shape of a pixel model,
+    the dimension of a CNN, and the law's starting value. A network too large for the training maps or for this
     machine's memory in batches of ``batch_size`` is refused first (:func:`check_network_size`)."""
     target = get_class(model_cfg._target_)
     shapes = sorted({ref.shape for ref in train_refs})
@@ -43,32 +54,37 @@ def build_correction(
                 f"model=pixel learns one W per pixel of one fracture, but the training split has {len(train_refs)} "
                 "fractures: use model=cnn, or give one fracture with data.fractions=[1,0,0]"
             )
-        return instantiate(model_cfg, shape=shapes[0], initial=law.initial_raw)
+        return instantiate(model_cfg, shape=shapes[0], initial=law.initial_raw).to(dtype)
     dims = {len(shape) for shape in shapes}
     if len(dims) != 1:
         raise ConfigError(f"the training fractures mix 2D and 3D shapes: {shapes}")
     dim = dims.pop()
-    check_network_size(model_cfg, dim, shapes, batch_size)
-    return instantiate(model_cfg, dim=dim, initial=law.initial_raw)
+    check_network_size(model_cfg, dim, shapes, batch_size, dtype)
+    return instantiate(model_cfg, dim=dim, initial=law.initial_raw).to(dtype)
 
 
-# Bytes of training state per parameter: the float64 weight, its gradient, Adam's two moments and its update's
-# temporaries (a training step of a 40M-parameter U-Net measured 4.3 float64 numbers per parameter, Lightning aside).
-STATE_BYTES_PER_PARAMETER = 5 * 8
+# Numbers of training state per parameter: the weight, its gradient, Adam's two moments and its update's temporaries
+# (a training step of a 40M-parameter U-Net measured 4.3 float64 numbers per parameter, Lightning aside).
+STATE_NUMBERS_PER_PARAMETER = 5
 # Unfolded inputs (im2col columns) of the largest convolution that a training step holds at once: CPU convolutions of
 # float64 unfold the whole batch forwards and again backwards (the peak of a training step in batches of 4 measured
-# 3.1 of them at kernel 5 on 256x256 maps, 3.5 at kernel 25 on 64x64).
+# 3.1 of them at kernel 5 on 256x256 maps, 3.5 at kernel 25 on 64x64). float32 convolutions unfold less or not at
+# all: the estimate stays on the safe side for them.
 UNFOLDED_COPIES = 3.5
 
 
 def check_network_size(
-    model_cfg: DictConfig, dim: int, shapes: Sequence[tuple[int, ...]], batch_size: int
+    model_cfg: DictConfig,
+    dim: int,
+    shapes: Sequence[tuple[int, ...]],
+    batch_size: int,
+    dtype: torch.dtype = torch.float64,
 ) -> None:
     """Raise :class:`ConfigError` for a network whose ``kernel_size`` or ``levels`` the training maps ``shapes``
-    cannot use, or this machine's memory cannot train in batches of ``batch_size``, naming the largest value that
-    works. A kernel beyond twice the longest side sees nothing but padding, a level beyond the shortest side's
-    halvings nothing but one pixel, and :func:`training_bytes` must stay within the memory available. Checked
-    before anything is allocated."""
+    cannot use, or this machine's memory cannot train in batches of ``batch_size`` in ``dtype``, naming the largest
+    value that works. A kernel beyond twice the longest side sees nothing but padding, a level beyond the shortest
+    side's halvings nothing but one pixel, and :func:`training_bytes` must stay within the memory available.
+    Checked before anything is allocated."""
     longest = max(max(shape) for shape in shapes)
     shortest = min(min(shape) for shape in shapes)
     map_bounds = {
@@ -94,7 +110,9 @@ def check_network_size(
         count = bisect.bisect_left(
             values,
             True,
-            key=lambda v: training_bytes(model_cfg, dim, shapes, batch_size, **{name: v}) > memory,
+            key=lambda v: (
+                training_bytes(model_cfg, dim, shapes, batch_size, dtype=dtype, **{name: v}) > memory
+            ),
         )
         return values[count - 1] if count else None
 
@@ -106,7 +124,7 @@ def check_network_size(
             raise ConfigError(
                 f"model.{name} must be at most {bound} on these maps ({reason}){memory_note}, got {value}"
             )
-    needed = training_bytes(model_cfg, dim, shapes, batch_size)
+    needed = training_bytes(model_cfg, dim, shapes, batch_size, dtype=dtype)
     if needed > memory:
         sizes = ", ".join(f"model.{name}={value}" for name, value in model_cfg.items() if is_integer(value))
         fitting = [(name, largest_fitting(name)) for name in options]
@@ -120,13 +138,19 @@ def check_network_size(
 
 
 def training_bytes(
-    model_cfg: DictConfig, dim: int, shapes: Sequence[tuple[int, ...]], batch_size: int, **values: int
+    model_cfg: DictConfig,
+    dim: int,
+    shapes: Sequence[tuple[int, ...]],
+    batch_size: int,
+    *,
+    dtype: torch.dtype = torch.float64,
+    **values: int,
 ) -> int:
     """An estimate of the memory a training step of the network ``model_cfg`` (``values`` replacing its
-    options) takes on the largest of ``shapes`` in batches of ``batch_size``, from the network built and run on
-    torch's meta device, which computes shapes and allocates nothing: its parameters (with their gradients and
-    Adam's moments), every layer's output (kept for the backward pass) and the unfolded inputs of its largest
-    convolution."""
+    options) takes in ``dtype`` on the largest of ``shapes`` in batches of ``batch_size``, from the network built
+    and run on torch's meta device, which computes shapes and allocates nothing: its parameters (with their
+    gradients and Adam's moments), every layer's output (kept for the backward pass) and the unfolded inputs of its
+    largest convolution."""
     largest = max(shapes, key=math.prod)
     activations = unfolded = 0
 
@@ -143,9 +167,10 @@ def training_bytes(
             if not list(module.children()):
                 module.register_forward_hook(record)
         channels = channel_count(model_inputs(model_cfg), dim)
-        network(torch.zeros(batch_size, channels, *largest, dtype=torch.float64))
+        network.to(dtype)(torch.zeros(batch_size, channels, *largest, dtype=dtype))
     parameters = sum(p.numel() for p in network.parameters())
-    return round(parameters * STATE_BYTES_PER_PARAMETER + activations + UNFOLDED_COPIES * unfolded)
+    state = parameters * STATE_NUMBERS_PER_PARAMETER * dtype.itemsize
+    return round(state + activations + UNFOLDED_COPIES * unfolded)
 
 
 def load_run(
@@ -192,6 +217,7 @@ def load_run(
         correction = instantiate(
             cfg.model, dim=dim, initial=law.initial_raw, inputs=inputs, exact_on_plates=exact
         )
+    correction.to(model_dtype(cfg))
     module = FractureFlowModule(correction, law, solver=None, training_statistics=record.get("statistics"))
     module.check_checkpoint(saved, str(checkpoint))
     try:

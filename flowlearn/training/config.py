@@ -95,6 +95,24 @@ LOOSEST_SOLVER_TOLERANCE = 1e-6
 MAX_SLOPE_SMOOTHING = 100.0
 
 
+# ``trainer.precision``, Lightning's option (with its aliases 64 and 32), sets the dtype of the correction model: its
+# weights and its arithmetic. The law, the pressure solve, the loss and the metrics stay float64 whatever it says:
+# the solve's conditioning and its exact adjoint need it. Lightning's mixed and 16-bit precisions are refused.
+MODEL_PRECISIONS = {"64-true": "float64", "32-true": "float32"}
+
+
+def model_precision(precision: object) -> str:
+    """The correction model's dtype name (a key of ``torch``) for ``trainer.precision``; raises
+    :class:`ConfigError` for a value outside :data:`MODEL_PRECISIONS`."""
+    name = f"{precision}-true" if str(precision) in ("64", "32") else str(precision)
+    if name not in MODEL_PRECISIONS:
+        raise ConfigError(
+            f"trainer.precision must be one of {list(MODEL_PRECISIONS)} (the correction model in float64 or "
+            f"float32; the law, the solve and the loss are float64 either way), got {precision!r}"
+        )
+    return MODEL_PRECISIONS[name]
+
+
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
@@ -224,6 +242,7 @@ def validate_config(cfg: DictConfig) -> None:
     _positive(cfg, "trainer.max_epochs", integer=True)
     _positive(cfg, "trainer.log_every_n_steps", integer=True)
     _positive(cfg, "trainer.check_val_every_n_epoch", integer=True)
+    model_precision(OmegaConf.select(cfg, "trainer.precision", default="64-true"))
     devices = OmegaConf.select(cfg, "trainer.devices")
     _check(
         devices is None or devices == "auto" or (is_integer(devices) and devices >= 1),

@@ -30,7 +30,7 @@ from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, statistic_ranges
 from flowlearn.errors import USER_ERRORS, ConfigError
 from flowlearn.models.laws import PermeabilityLaw
-from flowlearn.training.build import build_correction, model_inputs
+from flowlearn.training.build import build_correction, model_dtype, model_inputs
 from flowlearn.training.checkpoints import prepare_outputs
 from flowlearn.training.config import exit_with_user_error, validate_config
 from flowlearn.training.console import quiet_lightning, summary
@@ -125,7 +125,9 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         log.warning(f"law={law.name}: {len(lacking)} fracture(s) have {what}; the first: {lacking[0]}")
     weight = flow_rate_weight(OmegaConf.select(cfg, "loss.flow_rate_weight"), law, datamodule.splits["train"])
     train_refs = datamodule.splits["train"].refs
-    correction = build_correction(cfg.model, law, train_refs, batch_size=cfg.data.batch_size)
+    correction = build_correction(
+        cfg.model, law, train_refs, batch_size=cfg.data.batch_size, dtype=model_dtype(cfg)
+    )
     solver = instantiate(cfg.solver)  # a missing backend (Julia, GPU) fails here, before any training
     statistics = statistic_ranges(
         aperture_statistics(fracture.aperture, fracture.voxel_size)
