@@ -19,7 +19,14 @@ from test_train import ROOT, make_dataset, run_train
 from test_user_errors import _mounted
 
 from flowlearn.errors import CheckpointError, OutputError
-from flowlearn.training.checkpoints import AtomicCheckpointIO, checkpoint_epoch, read_rows
+from flowlearn.training import checkpoints
+from flowlearn.training.checkpoints import (
+    AtomicCheckpointIO,
+    append_rows,
+    checkpoint_epoch,
+    read_rows,
+    write_rows,
+)
 
 EPOCHS = 4
 
@@ -102,6 +109,41 @@ def test_full_disk_mid_write_keeps_the_previous_checkpoint(tmp_path):
         assert list(full.iterdir()) == [target]  # no temporary file left behind
         checkpoint = torch.load(target, weights_only=False)
         assert checkpoint["epoch"] == 1 and torch.equal(checkpoint["weights"], torch.arange(1000.0))
+
+
+def test_metrics_csv_appends_each_save_and_rewrites_it_only_for_a_new_column(tmp_path):
+    (tmp_path / "metrics.csv").write_text("an earlier run's file in the same folder\n")
+    writer = checkpoints._RunWriter(str(tmp_path), [], [])
+    path = tmp_path / "metrics.csv"
+    assert not path.exists()  # a fresh run never appends to an earlier run's rows
+    inodes = []
+    logged = [{"epoch": 0, "train/loss": 0.5}, {"epoch": 1, "train/loss": 0.25}]
+    logged += [{"epoch": 1, "val/mse": 0.125}, {"epoch": 2, "train/loss": 0.0625}]
+    for step, row in enumerate(logged):
+        writer.log_metrics(row, step=step)
+        writer.save()
+        inodes.append(path.stat().st_ino)
+    # The second and the last saves appended to the file they found; the third brought a column: a new file.
+    assert inodes[1] == inodes[0] and inodes[2] != inodes[1] and inodes[3] == inodes[2]
+    header, rows = read_rows(path)
+    assert header == ["epoch", "step", "train/loss", "val/mse"]
+    assert rows == [
+        {"epoch": "0", "step": "0", "train/loss": "0.5", "val/mse": ""},
+        {"epoch": "1", "step": "1", "train/loss": "0.25", "val/mse": ""},
+        {"epoch": "1", "step": "2", "train/loss": "", "val/mse": "0.125"},
+        {"epoch": "2", "step": "3", "train/loss": "0.0625", "val/mse": ""},
+    ]
+
+
+def test_rows_that_do_not_fit_on_the_disk_leave_metrics_csv_as_it_was(tmp_path):
+    with _mounted(tmp_path / "full", "size=8k") as full:
+        path = full / "metrics.csv"
+        write_rows(path, ["epoch", "note"], [{"epoch": 0, "note": "kept"}])
+        before = path.read_bytes()
+        rows = [{"epoch": epoch, "note": "x" * 4000} for epoch in range(1, 5)]  # 16 kB: part of it fits
+        with pytest.raises(OutputError, match=f"{path}: cannot write here: No space left on device"):
+            append_rows(path, ["epoch", "note"], rows)
+        assert path.read_bytes() == before
 
 
 def test_a_run_without_validation_keeps_the_epoch_of_the_lowest_training_loss(dataset, tmp_path):
