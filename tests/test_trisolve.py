@@ -6,7 +6,7 @@ import scipy.sparse.linalg as spla
 from conftest import NO_CHOLMOD
 
 from flowlearn import DarcyProblem
-from flowlearn.engines import cholmod_available
+from flowlearn.engines import cholmod_available, trisolve
 from flowlearn.engines.trisolve import (
     TreeSolver,
     _is_postordered,
@@ -54,12 +54,16 @@ PROBLEMS = {
 }
 
 
+@pytest.mark.parametrize("split_permutation", [False, True])
 @pytest.mark.parametrize("tasks", [1, 2, 3, 5])
 @pytest.mark.parametrize("name", PROBLEMS)
-def test_tree_solve_matches_a_direct_solve(name, tasks):
+def test_tree_solve_matches_a_direct_solve(name, tasks, split_permutation, monkeypatch):
+    if split_permutation:  # as on a grid large enough that each task moves a slice of the permutation
+        monkeypatch.setattr(trisolve, "PERMUTE_TASK_UNKNOWNS", 1)
     matrix, factor = _system(PROBLEMS[name](), seed=tasks)
     plan = plan_tree(factor.LD(), tasks)
     solver = TreeSolver(*_unit_lower_and_pivots(factor.LD()), factor.P(), plan)
+    assert solver._slices.size - 1 == (max(plan.tasks, 1) if split_permutation else 1)
     rhs = np.random.default_rng(0).normal(size=matrix.shape[0])
     expected = spla.spsolve(matrix.tocsc(), rhs)
     solution = solver.apply(rhs)

@@ -32,6 +32,10 @@ from numba import njit
 # the top (solved on one core) holds more than _TOP_SHARE of it.
 _SPLIT_IMBALANCE = 1.05
 _TOP_SHARE = 0.1
+# The fewest unknowns a task of a permutation moves: handing a slice to the pool and waiting for it costs about
+# 40 us, what one core takes to move 60,000 of them (at 66,560 unknowns one task took 35 us, two 76 us; at
+# 262,144, 246 us against 188).
+PERMUTE_TASK_UNKNOWNS = 150_000
 
 
 @dataclass(frozen=True)
@@ -402,7 +406,8 @@ class TreeSolver:
         self._permutation = np.asarray(permutation, dtype=np.int64)
         self._plan = plan
         # The slice of the permutation each task moves.
-        self._slices = np.linspace(0, permutation.size, max(plan.tasks, 1) + 1).astype(np.int64)
+        tasks = min(max(plan.tasks, 1), max(permutation.size // PERMUTE_TASK_UNKNOWNS, 1))
+        self._slices = np.linspace(0, permutation.size, tasks + 1).astype(np.int64)
 
     @property
     def rounded(self) -> bool:
@@ -464,8 +469,9 @@ class TreeSolver:
         return float(energies.sum()), rest
 
     def _permute(self, kernel, source: np.ndarray, out: np.ndarray) -> None:
-        """Run a permutation kernel on a slice per task: a random access per unknown, which one core does at a
-        fraction of the bandwidth (numpy's gather and scatter took 8-10 ms at 1024x1024, the tasks take 2)."""
+        """Run a permutation kernel on a slice per task, as many tasks as :data:`PERMUTE_TASK_UNKNOWNS` allows: a
+        random access per unknown, which one core does at a fraction of the bandwidth (numpy's gather and scatter
+        took 8-10 ms at 1024x1024, the tasks take 2)."""
         bounds = self._slices
         _run_tasks(
             lambda task: kernel(source, self._permutation, out, bounds[task], bounds[task + 1]),
