@@ -5,7 +5,7 @@
 
 Prints a markdown table: the median seconds of a forward and backward pass of the default CNN (``configs/model/
 cnn.yaml``) on a batch of the embedded dataset's 64x64 maps, per dtype and device (CUDA where there is one); with
-``--runs``, the wall time and test errors of the default run with ``trainer.precision=64-true`` and
+``--runs``, the wall time and the test split's median errors of the default run with ``trainer.precision=64-true`` and
 ``32-true``, each in a fresh process.
 """
 
@@ -24,7 +24,8 @@ import torch
 
 from flowlearn.data.inputs import DEFAULT_INPUTS, channel_count
 from flowlearn.models.correction import CNNCorrection
-from flowlearn.reporting.runs import metric_series, read_metrics
+from flowlearn.reporting.heldout import MODEL, held_out
+from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR
 
 REPO = Path(__file__).resolve().parent.parent
 PRECISIONS = {"64-true": torch.float64, "32-true": torch.float32}
@@ -50,7 +51,8 @@ def step_seconds(
 
 
 def default_run(precision: str) -> dict:
-    """Wall seconds and the test split's errors of ``python train.py trainer.precision=...``."""
+    """Wall seconds and the test split's median errors (as ``flowlearn evaluate`` gives them) of ``python train.py
+    trainer.precision=...``."""
     with tempfile.TemporaryDirectory() as directory:
         command = [
             sys.executable, str(REPO / "train.py"), f"trainer.precision={precision}", f"hydra.run.dir={directory}",
@@ -59,11 +61,8 @@ def default_run(precision: str) -> dict:
         start = time.time()
         subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
         seconds = time.time() - start
-        metrics = read_metrics(Path(directory))
-        errors = {
-            name: float(metric_series(metrics, f"test/{name}")[1][-1])
-            for name in ("departure_err", "flow_rate_err")
-        }
+        test = held_out(Path(directory) / "predictions.h5")
+        errors = {name: test.median(MODEL, name) for name in (DEPARTURE_ERR, FLOW_RATE_ERR)}
     return {"seconds": seconds, **errors}
 
 
@@ -87,12 +86,12 @@ def main() -> None:
         print(f"| {device} | {seconds['64-true']:.4f} | {seconds['32-true']:.4f} | {ratio:.1f}x |")
     if args.runs:
         runs = {precision: default_run(precision) for precision in PRECISIONS}
-        print("\n| trainer.precision | wall time (s) | test departure error | test flow-rate error (%) |")
+        print(
+            "\n| trainer.precision | wall time (s) | test departure error (median) | test flow-rate error (%, median) |"
+        )
         print("|---|---|---|---|")
         for precision, r in runs.items():
-            print(
-                f"| {precision} | {r['seconds']:.1f} | {r['departure_err']:.4g} | {r['flow_rate_err']:.4g} |"
-            )
+            print(f"| {precision} | {r['seconds']:.1f} | {r[DEPARTURE_ERR]:.4g} | {r[FLOW_RATE_ERR]:.4g} |")
         ratio = runs["64-true"]["seconds"] / runs["32-true"]["seconds"]
         print(f"\nthe default run with a float32 network is faster by {ratio:.2f}x")
         print(json.dumps(runs))

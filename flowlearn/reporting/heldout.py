@@ -265,3 +265,45 @@ def verdict_table(result: HeldOut) -> str:
         if counts:
             lines.append(f"  by more than the reference's own error: {', '.join(counts)}")
     return "\n".join(lines)
+
+
+# The metrics of the closing line, in its order, with their labels and units.
+_SUMMARY_METRICS = (
+    (DEPARTURE_ERR, "departure error", ""),
+    (FLOW_RATE_ERR, "flow-rate error", " %"),
+    (MSE, "MSE", ""),
+)
+
+
+def summary(result: HeldOut, split: str, run_dir: Path) -> str:
+    """One line on what a run achieved beside the physics it must beat, in medians over the fractures of
+    ``split``, as :func:`verdict_table` gives them: per metric (departure error, flow-rate error in %, MSE; those
+    the fractures have), the model's median, then the best closed form's (named), the LCL's and the reference's own
+    error where the data records it; e.g. ``done: test split, medians over 16 fractures: departure error 0.0094
+    (best closed form mlcl 0.00813, LCL 0.071, the reference's own error 0.005), ...; outputs in <run_dir>``."""
+    parts = []
+    for metric, label, unit in _SUMMARY_METRICS:
+        model = result.median(MODEL, metric)
+        if math.isnan(model):
+            continue
+        beside = []
+        best = result.best(metric)
+        if best is not None and best != COMPARED:
+            beside.append(f"best closed form {best} {result.median(best, metric):.3g}{unit}")
+        if COMPARED in result.metrics and math.isfinite(lcl := result.median(COMPARED, metric)):
+            beside.append(f"LCL {lcl:.3g}{unit}")
+        if math.isfinite(reference := result.reference_median(metric)):
+            beside.append(f"the reference's own error {reference:.3g}{unit}")
+        parts.append(f"{label} {model:.3g}{unit}" + (f" ({', '.join(beside)})" if beside else ""))
+    return f"done: {split} split, medians over {len(result.names)} fractures: {', '.join(parts)}; outputs in {run_dir}"
+
+
+def closing_line(predictions: str | Path, run_dir: Path) -> str:
+    """The line a training run ends with: the :func:`summary` of the test fractures of its ``predictions.h5``, or
+    of the validation ones where there are none, or where the outputs are when it has neither."""
+    fields = read_predictions(predictions)
+    for split in ("test", "val"):
+        result = split_metrics(fields, split)
+        if result is not None:
+            return summary(result, split, run_dir)
+    return f"done: outputs in {run_dir}"

@@ -30,10 +30,11 @@ from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, statistic_ranges
 from flowlearn.errors import USER_ERRORS, ConfigError
 from flowlearn.models.laws import PermeabilityLaw
+from flowlearn.reporting.heldout import closing_line
 from flowlearn.training.build import build_correction, model_dtype, model_inputs
 from flowlearn.training.checkpoints import prepare_outputs
 from flowlearn.training.config import exit_with_user_error, validate_config
-from flowlearn.training.console import quiet_lightning, summary
+from flowlearn.training.console import quiet_lightning
 from flowlearn.training.metrics import LOSS
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import write_predictions
@@ -162,7 +163,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
         write_predictions(module, datamodule.splits.items(), run_dir / "predictions.h5")
-        log.info(summary(metrics, run_dir))
+        log.info(closing_line(run_dir / "predictions.h5", run_dir))
     return metrics
 
 
