@@ -327,6 +327,10 @@ def test_summary_line_gives_medians_the_best_closed_form_first_the_lcl_and_the_r
     # Where the LCL is the best closed form, it is named once.
     result.metrics["lcl"][MSE] = np.array([1e-5, 1e-5, 1e-5])
     assert "MSE 0.0002 (LCL 1e-05)" in summary(result, "val", tmp_path)
+    # Without held-out fractures, the line says that what it gives is the fit to the training fractures.
+    assert summary(result, "train", tmp_path).startswith(
+        "done: training split (no held-out fractures), medians over 3 fractures: departure error 0.02"
+    )
 
 
 def test_training_on_flow_rates_fixes_what_pressures_cannot_see(tmp_path):

@@ -295,14 +295,17 @@ def summary(result: HeldOut, split: str, run_dir: Path) -> str:
         if math.isfinite(reference := result.reference_median(metric)):
             beside.append(f"the reference's own error {reference:.3g}{unit}")
         parts.append(f"{label} {model:.3g}{unit}" + (f" ({', '.join(beside)})" if beside else ""))
-    return f"done: {split} split, medians over {len(result.names)} fractures: {', '.join(parts)}; outputs in {run_dir}"
+    # Fractures the model was trained on show what it fits, not what it predicts: the line says so.
+    which = f"{split} split" if split != "train" else "training split (no held-out fractures)"
+    count = f"{len(result.names)} fracture{'s' if len(result.names) != 1 else ''}"
+    return f"done: {which}, medians over {count}: {', '.join(parts)}; outputs in {run_dir}"
 
 
 def closing_line(predictions: str | Path, run_dir: Path) -> str:
     """The line a training run ends with: the :func:`summary` of the test fractures of its ``predictions.h5``, or
-    of the validation ones where there are none, or where the outputs are when it has neither."""
+    of the validation ones where there are none, or of the training ones where it has neither."""
     fields = read_predictions(predictions)
-    for split in ("test", "val"):
+    for split in ("test", "val", "train"):
         result = split_metrics(fields, split)
         if result is not None:
             return summary(result, split, run_dir)
