@@ -86,7 +86,7 @@ def test_run_ends_with_the_medians_of_the_test_fractures(flat_run):
     lines = [line for line in result.stdout.splitlines() if "done:" in line]
     assert len(lines) == 1
     match = re.search(
-        r"done: test split, medians over (\d+) fractures: departure error \S+ \(.*LCL \S+\), MSE (\S+) "
+        r"done: test split, medians over (\d+) fractures?: departure error \S+ \(.*LCL \S+\), MSE (\S+) "
         r"\((?:best closed form \S+ \S+, )?LCL (\S+)\); outputs in (\S+)$",
         lines[0],
     )
