@@ -152,7 +152,7 @@ def held_out(
 ) -> HeldOut:
     """The per-fracture metrics of the ``split`` fractures of the predictions file ``path`` (``fields``: its
     fractures, where they have been read already)."""
-    result = split_metrics(read_predictions(path) if fields is None else fields, split)
+    result = split_metrics(read_predictions(path, split) if fields is None else fields, split)
     if result is None:
         raise ValueError(f"{path}: no fracture of split '{split}' with a reference pressure")
     return result
@@ -304,9 +304,12 @@ def summary(result: HeldOut, split: str, run_dir: Path) -> str:
 def closing_line(predictions: str | Path, run_dir: Path) -> str:
     """The line a training run ends with: the :func:`summary` of the test fractures of its ``predictions.h5``, or
     of the validation ones where there are none, or of the training ones where it has neither."""
-    fields = read_predictions(predictions)
-    for split in ("test", "val", "train"):
-        result = split_metrics(fields, split)
+    for split in (
+        "test",
+        "val",
+        "train",
+    ):  # one split's fields read at a time: the training split may be large
+        result = split_metrics(read_predictions(predictions, split), split)
         if result is not None:
             return summary(result, split, run_dir)
     return f"done: outputs in {run_dir}"

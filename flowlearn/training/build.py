@@ -31,9 +31,9 @@ def model_inputs(model_cfg: DictConfig) -> tuple[str, ...]:
 
 
 def model_dtype(cfg: DictConfig) -> torch.dtype:
-    """The dtype of the correction model that a run's ``trainer.precision`` asks for (float64 where it is unset);
-    see :data:`~flowlearn.training.config.MODEL_PRECISIONS`."""
-    return getattr(torch, model_precision(OmegaConf.select(cfg, "trainer.precision", default="64-true")))
+    """The dtype of the correction model that a run's ``trainer.precision`` asks for
+    (:func:`~flowlearn.training.config.model_precision`)."""
+    return getattr(torch, model_precision(cfg))
 
 
 def build_correction(

@@ -101,9 +101,10 @@ MAX_SLOPE_SMOOTHING = 100.0
 MODEL_PRECISIONS = {"64-true": "float64", "32-true": "float32"}
 
 
-def model_precision(precision: object) -> str:
-    """The correction model's dtype name (a key of ``torch``) for ``trainer.precision``; raises
-    :class:`ConfigError` for a value outside :data:`MODEL_PRECISIONS`."""
+def model_precision(cfg: DictConfig) -> str:
+    """The correction model's dtype name (a key of ``torch``) for the run config's ``trainer.precision`` (float64
+    where it is unset); raises :class:`ConfigError` for a value outside :data:`MODEL_PRECISIONS`."""
+    precision = OmegaConf.select(cfg, "trainer.precision", default="64-true")
     name = f"{precision}-true" if str(precision) in ("64", "32") else str(precision)
     if name not in MODEL_PRECISIONS:
         raise ConfigError(
@@ -242,7 +243,7 @@ def validate_config(cfg: DictConfig) -> None:
     _positive(cfg, "trainer.max_epochs", integer=True)
     _positive(cfg, "trainer.log_every_n_steps", integer=True)
     _positive(cfg, "trainer.check_val_every_n_epoch", integer=True)
-    model_precision(OmegaConf.select(cfg, "trainer.precision", default="64-true"))
+    model_precision(cfg)
     devices = OmegaConf.select(cfg, "trainer.devices")
     _check(
         devices is None or devices == "auto" or (is_integer(devices) and devices >= 1),

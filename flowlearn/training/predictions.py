@@ -232,8 +232,8 @@ def training_statistics(path: str | Path) -> dict[str, list[float]]:
         return json.loads(f.attrs.get(TRAINING_STATISTICS, "{}"))
 
 
-def read_predictions(path: str | Path) -> list[FractureFields]:
-    """Every fracture of a ``predictions.h5`` file, in group order.
+def read_predictions(path: str | Path, split: str | None = None) -> list[FractureFields]:
+    """Every fracture of a ``predictions.h5`` file, in group order; with ``split``, only that split's.
 
     Raises:
         FileNotFoundError: no such file.
@@ -255,7 +255,11 @@ def read_predictions(path: str | Path) -> list[FractureFields]:
                     "field 'pressure'): not a predictions file; give a run's predictions.h5 or a file that "
                     "flowlearn predict wrote"
                 )
-        return [_read_group(name, group) for name, group in f.items()]
+        return [
+            _read_group(name, group)
+            for name, group in f.items()
+            if split is None or str(group.attrs["split"]) == split
+        ]
 
 
 def _read_group(name: str, group: h5py.Group) -> FractureFields:
