@@ -4,7 +4,8 @@
     python benchmarks/bench_precision.py --runs     # and the whole default `python train.py` in each precision
 
 Prints a markdown table: the median seconds of a forward and backward pass of the default CNN (``configs/model/
-cnn.yaml``) on a batch of the embedded dataset's 64x64 maps, per dtype and device (CUDA where there is one); with
+cnn.yaml``) on a batch of the embedded dataset's 64x64 maps, per dtype and device (CUDA where there is one, with
+torch's default TF32 convolutions and without), and how far its float32 W lies from its float64 W; with
 ``--runs``, the wall time and the test split's median errors of the default run with ``trainer.precision=64-true`` and
 ``32-true``, each in a fresh process.
 """
@@ -31,13 +32,19 @@ REPO = Path(__file__).resolve().parent.parent
 PRECISIONS = {"64-true": torch.float64, "32-true": torch.float32}
 
 
+def _default_cnn(dtype: torch.dtype, device: str) -> CNNCorrection:
+    """The default CNN, its head made non-zero (as in training), the same weights for every dtype and device."""
+    torch.manual_seed(0)
+    network = CNNCorrection()
+    torch.nn.init.normal_(network.head.weight, std=0.1)
+    return network.to(device=device, dtype=dtype)
+
+
 def step_seconds(
     dtype: torch.dtype, device: str, batch: int, shape: tuple[int, int], repeats: int = 20
 ) -> float:
-    """Median seconds of a forward and backward pass of the default CNN, its head made non-zero (as in training)."""
-    torch.manual_seed(0)
-    network = CNNCorrection().to(device=device, dtype=dtype)
-    torch.nn.init.normal_(network.head.weight, std=0.1)
+    """Median seconds of a forward and backward pass of the default CNN."""
+    network = _default_cnn(dtype, device)
     inputs = torch.randn(batch, channel_count(DEFAULT_INPUTS, 2), *shape, dtype=dtype, device=device)
     times = []
     for index in range(repeats + 3):  # 3 warm-up passes
@@ -48,6 +55,19 @@ def step_seconds(
         if index >= 3:
             times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def float32_departure(device: str, batch: int, shape: tuple[int, int]) -> tuple[float, float]:
+    """W's largest departure in float32 on ``device`` from W in float64 on the CPU, and the span of W's learned
+    part (its largest departure from its mean), for the same weights and inputs."""
+    generator = torch.Generator().manual_seed(1)
+    inputs = torch.rand(
+        batch, channel_count(DEFAULT_INPUTS, 2), *shape, dtype=torch.float64, generator=generator
+    )
+    with torch.no_grad():
+        exact = _default_cnn(torch.float64, "cpu")(inputs)
+        rounded = _default_cnn(torch.float32, device)(inputs.to(device)).cpu()
+    return float((rounded - exact).abs().max()), float((exact - exact.mean()).abs().max())
 
 
 def default_run(precision: str) -> dict:
@@ -77,13 +97,23 @@ def main() -> None:
         "--runs", action="store_true", help="also time the whole default run in each precision"
     )
     args = parser.parse_args()
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = ["cpu"] + (["cuda", "cuda, TF32 off"] if torch.cuda.is_available() else [])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
-    print("\n| device | float64 step (s) | float32 step (s) | float32 faster by |\n|---|---|---|---|")
-    for device in devices:
+    print(
+        "\n| device | float64 step (s) | float32 step (s) | float32 faster by "
+        "| float32 W's largest departure from float64 | span of W's learned part |\n|---|---|---|---|---|---|"
+    )
+    for name in devices:
+        device = name.split(",")[0]
+        # On CUDA torch runs float32 convolutions in TF32 unless told not to; the last row tells it not to.
+        torch.backends.cudnn.allow_tf32 = name != "cuda, TF32 off"
         seconds = {p: step_seconds(dtype, device, args.batch, (64, 64)) for p, dtype in PRECISIONS.items()}
         ratio = seconds["64-true"] / seconds["32-true"]
-        print(f"| {device} | {seconds['64-true']:.4f} | {seconds['32-true']:.4f} | {ratio:.1f}x |")
+        departure, span = float32_departure(device, args.batch, (64, 64))
+        print(
+            f"| {name} | {seconds['64-true']:.4f} | {seconds['32-true']:.4f} | {ratio:.1f}x | {departure:.1e} "
+            f"| {span:.1e} |"
+        )
     if args.runs:
         runs = {precision: default_run(precision) for precision in PRECISIONS}
         print(

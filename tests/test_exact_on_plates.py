@@ -64,18 +64,28 @@ def _randomised(network: torch.nn.Module) -> torch.nn.Module:
     return network
 
 
+CUDA = pytest.param(
+    "cuda",
+    marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+)
+
+
 @pytest.mark.parametrize("make", [CNNCorrection, UNetCorrection])
 @pytest.mark.parametrize("shape", [(12, 17), (9, 9), (64, 64)])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_a_network_returns_its_initial_value_on_plates_whatever_its_weights(make, shape, dtype):
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_a_network_returns_its_initial_value_on_plates_whatever_its_weights(make, shape, dtype, device):
     names = ["aperture", "aperture_gradient", "walls"]
     inputs = torch.from_numpy(input_channels(plates(shape=shape), names)).unsqueeze(0).expand(2, -1, -1, -1)
-    anchored = _randomised(make(channels=4, inputs=names, initial=0.25)).to(dtype)
+    anchored = _randomised(make(channels=4, inputs=names, initial=0.25)).to(dtype=dtype, device=device)
     # float32 convolutions give the plates and the anchor, which go through in one batch, the same bits; float64
     # ones (im2col and a matrix product over the whole batch) may round them differently, by an ulp of g.
     atol = 0 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(
-        anchored(inputs), torch.full((2, *shape), 0.25, dtype=torch.float64), rtol=0, atol=atol
+        anchored(inputs.to(device)).cpu(),
+        torch.full((2, *shape), 0.25, dtype=torch.float64),
+        rtol=0,
+        atol=atol,
     )
 
 

@@ -10,6 +10,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -456,6 +457,49 @@ def test_gpu_batch_is_factorised_once_and_the_adjoint_reuses_the_factor():
     assert solver.stats.factorizations == 2
     # The same matrices factorised again: the same pressures to round-off (cuDSS's sums need not run in one order).
     torch.testing.assert_close(again, pressure.detach(), rtol=1e-10, atol=0, equal_nan=True)
+
+
+@pytest.mark.gpu
+@cudss_only
+def test_cudss_solves_in_a_thread_other_than_the_one_that_loaded_it():
+    # Autograd runs the adjoint solve, which may factorise, in a thread of its own; nvmath-python 1.0 readies only
+    # its importing thread for reading cuDSS's attributes (the analysis's memory estimates, the factor's status).
+    problem = _problem_2d(shape=(16, 20), seed=17)
+    solver = GPUEngine(method="direct")  # loads nvmath in this thread
+    log_k = _fields(2, problem.grid.shape, seed=18)
+    outcome: dict[str, object] = {}
+
+    def solve() -> None:
+        try:
+            outcome["pressure"] = solve_pressure(log_k.cuda(), problem, solver=solver).cpu()
+        except Exception as error:  # handed to the test's thread, which reports it
+            outcome["error"] = error
+
+    thread = threading.Thread(target=solve)
+    thread.start()
+    thread.join()
+    assert "error" not in outcome, repr(outcome.get("error"))
+    assert solver.stats.factorizations == 1
+    reference = solve_pressure(log_k, problem, solver=make_engine("superlu"))
+    torch.testing.assert_close(outcome["pressure"], reference, rtol=1e-9, atol=0, equal_nan=True)
+
+
+@pytest.mark.gpu
+@cudss_only
+def test_a_factor_analysed_under_inference_mode_serves_training_after():
+    # Lightning validates under torch.inference_mode before it trains; the factor analysed there keeps the buffers
+    # that training's matrices are later copied into.
+    problem = _problem_2d(shape=(16, 20), seed=19)
+    solver = GPUEngine(method="direct")
+    log_k = _fields(2, problem.grid.shape, seed=20, device="cuda")
+    with torch.inference_mode():
+        solve_pressure(log_k, problem, solver=solver)
+    trained = (log_k * 1.01).requires_grad_()
+    pressure = solve_pressure(trained, problem, solver=solver)
+    torch.nan_to_num(pressure).pow(2).sum().backward()
+    assert solver.stats.factorizations == 2 and torch.isfinite(trained.grad).all()
+    reference = solve_pressure(trained.detach().cpu(), problem, solver=make_engine("superlu"))
+    torch.testing.assert_close(pressure.detach().cpu(), reference, rtol=1e-9, atol=0, equal_nan=True)
 
 
 @pytest.mark.gpu

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -111,8 +112,10 @@ class _CudssFactor:
         col = torch.as_tensor(indices, dtype=torch.int32, device=device)
         # cuDSS takes 32-bit indices for batches; a batch is a 3D CSR tensor, one system per leading index, whose
         # index arrays nvmath requires dense and contiguous (hence repeated, not expanded). The pattern comes from
-        # SystemLayout, valid by construction, so torch's invariant checks are skipped.
-        with warnings.catch_warnings():
+        # SystemLayout, valid by construction, so torch's invariant checks are skipped. The buffers are normal
+        # tensors even when the factor is first needed under inference mode (Lightning's validation), since training
+        # later copies its matrices into them.
+        with torch.inference_mode(False), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
             warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
             if batch == 1:
@@ -178,15 +181,20 @@ class _CudssFactor:
 
 
 def _make_current(device_index: int) -> None:
-    """Make the device current for nvmath in this thread. nvmath works through cuda.core, which keeps the current
-    device per thread and refuses a thread that has not set it, and autograd runs the backward (the adjoint
-    solve) in a thread of its own."""
+    """Ready this thread for nvmath's cuDSS calls on the device. Autograd runs the backward (the adjoint solve, which
+    may factorise) in a thread of its own, and nvmath keeps two things per thread that it sets up only in some:
+    cuda.core's current device, which it refuses a thread without, and (nvmath-python 1.0) the scratch word into
+    which cuDSS writes the size of an attribute read, created only in the thread that imported nvmath."""
     try:
         from cuda.core import Device
     except ImportError:  # cuda-core before 0.4
         from cuda.core.experimental import Device
 
     Device(device_index).set_current()
+    for name in ("cudss_data_ifc", "cudss_config_ifc"):
+        scratch = getattr(sys.modules.get(f"nvmath.sparse._internal.{name}"), "_tls", None)
+        if scratch is not None and not hasattr(scratch, "size_written"):
+            scratch.size_written = np.empty((1,), dtype=np.uint64)
 
 
 def _threading_layer() -> str | None:
