@@ -7,6 +7,7 @@ without one.
 """
 
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from torch.func import jacfwd, jacrev
 
 from flowlearn import ConvergenceError, DarcyProblem, Grid, SolveInputError, solve_pressure
 from flowlearn.engines import get_engine, make_engine
-from flowlearn.engines.gpu import EllPattern, GPUEngine, _load_cudss, _threading_layer
+from flowlearn.engines.gpu import CUDSS_LOGGER, EllPattern, GPUEngine, _load_cudss, _threading_layer
 from flowlearn.engines.pcg import batched_pcg
 from flowlearn.errors import GPUUnavailableError
 
@@ -244,6 +245,13 @@ def test_pcg_that_does_not_converge_raises():
 
 
 # --- selection, construction and device errors ------------------------------------------------------------------
+
+
+def test_cudss_progress_messages_stay_out_of_a_runs_log(caplog):
+    caplog.set_level(logging.INFO)  # a run's root logger, as Hydra sets it
+    CUDSS_LOGGER.info("Starting solver phase FACTORIZATION...")  # what nvmath says of every call
+    CUDSS_LOGGER.warning("cuDSS warns")
+    assert [(r.name, r.levelname) for r in caplog.records] == [("flowlearn.cudss", "WARNING")]
 
 
 @pytest.mark.skipif(CUDA, reason="checks the message on a machine without a CUDA GPU")

@@ -58,6 +58,14 @@ METHODS = ("auto", "direct", "pcg")
 PRECONDITIONERS = ("jacobi", "factor")
 
 
+# nvmath reports every phase of every cuDSS call (analysis, factorisation, solve, release) at INFO: thousands of lines
+# in a training run. This logger keeps them out of a run's console and train.log unless a logging config has set its
+# level (``python train.py hydra.verbose=flowlearn.cudss``).
+CUDSS_LOGGER = logging.getLogger("flowlearn.cudss")
+if CUDSS_LOGGER.level == logging.NOTSET:
+    CUDSS_LOGGER.setLevel(logging.WARNING)
+
+
 class EllPattern:
     """A CSR pattern stored row-padded (ELLPACK) on a device, for batched products in plain torch ops.
 
@@ -138,7 +146,7 @@ class _CudssFactor:
         options = advanced.DirectSolverOptions(
             sparse_system_type=advanced.DirectSolverMatrixType.SPD,
             sparse_system_view=advanced.DirectSolverMatrixViewType.FULL,
-            logger=logging.getLogger("flowlearn.cudss"),
+            logger=CUDSS_LOGGER,
             multithreading_lib=_threading_layer(),
         )
         self._solver = advanced.DirectSolver(matrix, self._rhs, options=options, execution="cuda")
