@@ -142,7 +142,7 @@ class _CudssFactor:
                 self._rhs = torch.zeros(batch, n, 1, dtype=torch.float64, device=device)  # column-major items
         self._values = matrix.values()  # the storage cuDSS reads
         self._device_index = device.index
-        _make_current(device.index)
+        _ready_thread(device.index)
         options = advanced.DirectSolverOptions(
             sparse_system_type=advanced.DirectSolverMatrixType.SPD,
             sparse_system_view=advanced.DirectSolverMatrixViewType.FULL,
@@ -165,7 +165,7 @@ class _CudssFactor:
 
     def factorize(self, values: torch.Tensor) -> None:
         self._values.copy_(values.reshape(self._values.shape))
-        _make_current(self._device_index)
+        _ready_thread(self._device_index)
         self._solver.factorize()
         # The factorisation runs asynchronously on the current stream; its status is read once it is done.
         torch.cuda.current_stream(self._values.device).synchronize()
@@ -181,14 +181,14 @@ class _CudssFactor:
     def solve(self, rhs: torch.Tensor) -> torch.Tensor:
         """x (B, n) for rhs (B, n) with the current factor."""
         self._rhs.copy_(rhs.reshape(self._rhs.shape))
-        _make_current(self._device_index)
+        _ready_thread(self._device_index)
         return self._solver.solve().reshape(rhs.shape)
 
     def free(self) -> None:
         self._release()
 
 
-def _make_current(device_index: int) -> None:
+def _ready_thread(device_index: int) -> None:
     """Ready this thread for nvmath's cuDSS calls on the device. Autograd runs the backward (the adjoint solve, which
     may factorise) in a thread of its own, and nvmath keeps two things per thread that it sets up only in some:
     cuda.core's current device, which it refuses a thread without, and (nvmath-python 1.0) the scratch word into
@@ -227,7 +227,7 @@ def _threading_layer() -> str | None:
 
 
 def _free_on(solver: Any, device_index: int) -> None:
-    _make_current(device_index)
+    _ready_thread(device_index)
     solver.free()
 
 
