@@ -304,11 +304,8 @@ def summary(result: HeldOut, split: str, run_dir: Path) -> str:
 def closing_line(predictions: str | Path, run_dir: Path) -> str:
     """The line a training run ends with: the :func:`summary` of the test fractures of its ``predictions.h5``, or
     of the validation ones where there are none, or of the training ones where it has neither."""
-    for split in (
-        "test",
-        "val",
-        "train",
-    ):  # one split's fields read at a time: the training split may be large
+    # One split's fields are read at a time: the training split may be large.
+    for split in ("test", "val", "train"):
         result = split_metrics(read_predictions(predictions, split), split)
         if result is not None:
             return summary(result, split, run_dir)
