@@ -385,10 +385,10 @@ def _run_departure(args: argparse.Namespace) -> int:
     print("\n".join(range_summary(rows)))
     if args.figure:
         from flowlearn.data.schema import atomic_path
-        from flowlearn.reporting.figures import plot_departure
+        from flowlearn.reporting.figures import plot_departure, write_png
 
         with atomic_path(args.figure) as tmp:
-            plot_departure(rows).savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+            write_png(plot_departure(rows), tmp, dpi=120)
         print(f"wrote {args.figure}")
     return 0
 

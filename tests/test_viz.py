@@ -14,6 +14,7 @@ from viz_support import SHAPE, VOXEL_SIZE, tiny_run, train
 from flowlearn.models.baselines import BASELINE_NAMES
 from flowlearn.reporting.figures import (
     INACTIVE_COLOUR,
+    MARGIN_INCHES,
     figure_set,
     plot_baselines,
     plot_correction,
@@ -23,6 +24,7 @@ from flowlearn.reporting.figures import (
     plot_pressure,
     save_figures,
     showcase,
+    write_png,
 )
 from flowlearn.reporting.heldout import VERDICT_METRICS, HeldOut, split_metrics
 from flowlearn.reporting.runs import metric_series, read_metrics
@@ -87,6 +89,20 @@ def test_every_figure_renders_to_a_nontrivial_png(fields, run, tmp_path):
         assert pixels.shape[0] > 150 and pixels.shape[1] > 250, path.name
         # Not a blank canvas: a drawn map has many distinct colours.
         assert len(np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)) > 50, path.name
+
+
+def test_written_figures_match_savefig_tight_in_one_render(fields, run, tmp_path):
+    """write_png crops one render to the content; matplotlib's own ``bbox_inches="tight"``, which draws twice, is
+    the reference: the same size to a few pixels, and a margin of the face colour all round (nothing cut)."""
+    margin = int(MARGIN_INCHES * 60)
+    for name, fig in figure_set(fields, read_metrics(run)).items():
+        fig.savefig(tmp_path / f"{name}_tight.png", dpi=60, bbox_inches="tight")
+        write_png(fig, tmp_path / f"{name}.png", dpi=60)
+        ours, reference = imread(tmp_path / f"{name}.png"), imread(tmp_path / f"{name}_tight.png")
+        assert np.abs(np.subtract(ours.shape, reference.shape)).max() <= 3, name
+        edges = (ours[: margin - 1], ours[1 - margin :], ours[:, : margin - 1], ours[:, 1 - margin :])
+        ring = np.concatenate([edge.reshape(-1, 4) for edge in edges])
+        assert (ring == 1.0).all(), name  # white, opaque
 
 
 def test_panels_colourbars_and_units(fields):

@@ -136,14 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report, indent=2))
     if args.figure:
         from flowlearn.data.schema import atomic_path
-        from flowlearn.reporting.figures import plot_departure_maps
+        from flowlearn.reporting.figures import plot_departure_maps, write_png
 
         maps = {"reference (original LBM)": reference, "LCL": lcl_pressure}
         maps.update({f"our LBM, {run.placement} walls": run.pressure for run in runs})
         with atomic_path(args.figure) as tmp:
-            plot_departure_maps({k: v - line for k, v in maps.items()}).savefig(
-                tmp, format="png", dpi=120, bbox_inches="tight"
-            )
+            write_png(plot_departure_maps({k: v - line for k, v in maps.items()}), tmp, dpi=120)
         print(f"wrote {args.figure}")
     return 0
 
