@@ -86,6 +86,13 @@ class _Level:
         """Work space of the prolongation."""
         return np.zeros_like(self.diagonal)
 
+    @cached_property
+    def work(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Work space of the cycle, reused by every cycle: fresh arrays each time, zeroed by the system, cost more
+        than their arithmetic on large grids (every page faults anew). (x, residual) on this level and the
+        restricted residual on the level below; the rings of the last two stay zero."""
+        return np.empty_like(self.diagonal), np.zeros_like(self.diagonal), _coarse_grid(self)
+
     def single(self) -> _Level:
         """This level in float32, for the cycle."""
         as32 = (x.astype(np.float32) for x in (self.diagonal, self.couplings))
@@ -194,16 +201,16 @@ class Multigrid(Factor):
     def _cycle(self, depth: int, b: np.ndarray) -> np.ndarray:
         """x ~ A^{-1} b on level ``depth``, padded float32 arrays."""
         level = self._cycle_levels[depth]
-        x = np.zeros_like(b)
+        x, residual, coarse_b = level.work
+        x.fill(0.0)
         if depth == len(self.levels) - 1:
             x[1:-1, 1:-1] = (self._coarsest_inverse @ b[1:-1, 1:-1].ravel()).reshape(level.shape)
             return x
         # Each level on the threads its size is worth: the coarse ones are too small to pay for waking any.
         with kernel_threads(b.size):
             _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, True)
-            residual = np.zeros_like(b)
             _residual(level.diagonal, level.couplings, b, x, residual)
-            coarse_x = self._cycle(depth + 1, _restrict(level, residual))
+            coarse_x = self._cycle(depth + 1, _restrict(level, residual, coarse_b))
             _prolong_add(level.diagonal, level.couplings, level.omega, coarse_x, level.scratch, x)
             _smooth(level.inverse_diagonal, level.couplings, level.colours, b, x, False)
         return x
@@ -258,9 +265,12 @@ def _coarse_grid(fine: _Level) -> np.ndarray:
     return np.zeros((-(-height // 3) + 2, -(-width // 3) + 2), dtype=fine.diagonal.dtype)
 
 
-def _restrict(fine: _Level, residual: np.ndarray) -> np.ndarray:
-    """P^T r = P0^T (I - w A D^{-1}) r, padded coarse array."""
-    coarse = _coarse_grid(fine)
+def _restrict(fine: _Level, residual: np.ndarray, coarse: np.ndarray | None = None) -> np.ndarray:
+    """P^T r = P0^T (I - w A D^{-1}) r, padded coarse array: ``coarse``, overwritten, where given."""
+    if coarse is None:
+        coarse = _coarse_grid(fine)
+    else:
+        coarse.fill(0.0)
     _restrict_kernel(fine.diagonal, fine.couplings, fine.omega, residual, fine.scratch, coarse)
     return coarse
 
