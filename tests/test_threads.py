@@ -69,3 +69,27 @@ def test_a_user_limit_on_numba_threads_is_respected():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert np.isfinite(float(result.stdout))
+
+
+# A fresh process's first layout, numba not yet loaded: which threads it started, how many compiled versions of
+# the pattern kernel exist after it, and whether any of its threads still runs.
+_FIRST_LAYOUT = """
+import sys, threading
+from flowlearn import DarcyProblem
+
+assert "numba" not in sys.modules
+started, start = [], threading.Thread.start
+threading.Thread.start = lambda thread: (started.append(thread.name), start(thread))[1]
+DarcyProblem.fracture((30, 40)).layout
+from flowlearn.darcy.kernels import csc_pattern
+
+running = [t.name for t in threading.enumerate() if t.name in started]
+print(started, len(csc_pattern.signatures), running)
+"""
+
+
+def test_the_first_layout_loads_its_kernel_in_a_thread_with_the_types_of_its_own_call():
+    out = subprocess.run([sys.executable, "-c", _FIRST_LAYOUT], capture_output=True, text=True, check=True)
+    # Loaded in the background; one compiled version (a warm-up of other argument types would leave two); the
+    # thread joined before the layout returned.
+    assert out.stdout.split("\n")[0] == "['flowlearn-kernels'] 1 []"
