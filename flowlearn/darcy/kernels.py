@@ -1,4 +1,5 @@
-"""Compiled loops over a layout's edges: the sparsity pattern of A, its entries and the log-conductivity gradient.
+"""Compiled loops over a layout's edges: the sparsity pattern of A, the edges' mean log-conductivities, A's entries
+and the log-conductivity gradient.
 
 numpy does each in several passes over the 2M edges of a 1024x1024 grid (sorts, gathers, products, scatters), each
 pass a stream through memory; one loop visits every edge once. Imported on first use, so that ``import flowlearn``
@@ -36,6 +37,14 @@ def fill_matrix(
                 data[k] = -coupling
                 total += coupling
         data[diagonal_at] = total
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def edge_means(slot_a, slot_b, values, out):  # pragma: no cover - compiled
+    """(v[slot_a] + v[slot_b]) / 2 of every edge into ``out`` (num_edges,), for one sample's flattened field v
+    (num_values,) float64; slot_a, slot_b: (num_edges,) int32 entries of v."""
+    for e in prange(out.size):
+        out[e] = 0.5 * (values[slot_a[e]] + values[slot_b[e]])
 
 
 @njit(nogil=True, fastmath=True, cache=True)
