@@ -415,7 +415,7 @@ def main() -> None:
             "flowlearn vs CHOLMOD",
             "flowlearn vs the best other",
         )
-        for name, repeats in [("256", 3), ("1024", 1)]:
+        for name, repeats in [("256", 3), ("1024", 3)]:
             warm = one_off(GRIDS[name], repeats)
             fresh = {method: fresh_one_off(name, method, 3) for method in ("flowlearn", "cholmod")}
             for process, r in (("fresh", fresh), ("warm", warm)):
