@@ -2,8 +2,11 @@
 
 The laws are those of :mod:`flowlearn.models.baselines`; their pressure and flow rate come from the same Darcy solve
 as a learned model's. The baselines do not learn, so each fracture's metrics are computed once and kept. They solve
-on problems of their own: an engine keeps its factors per problem, so the baselines' solves leave the model's factor
-reuse, and with it the model's numbers, exactly as they would be without them.
+on the model's own problems, so that a fracture's grid layout and the engine's analysis of it serve both. An engine
+keeps its factors per problem, so the first time a fracture's baselines are solved, between the model's forward
+solve and its adjoint, the adjoint may find the baselines' last factor rather than the model's and iterate with it
+or factor afresh: more work once per fracture, never a different answer (every solve is exact to the engine's
+tolerance).
 
 The ``power`` baseline's exponent is fitted on the training split when fitting starts (:meth:`BaselineScores.
 fit_power_exponent`); the module stores it with its weights, so that a resumed run, the test and ``flowlearn
