@@ -5,8 +5,7 @@ as a learned model's. The baselines do not learn, so each fracture's metrics are
 on the model's own problems, so that a fracture's grid layout and the engine's analysis of it serve both. An engine
 keeps its factors per problem, so the first time a fracture's baselines are solved, between the model's forward
 solve and its adjoint, the adjoint may find the baselines' last factor rather than the model's and iterate with it
-or factor afresh: more work once per fracture, never a different answer (every solve is exact to the engine's
-tolerance).
+or factor afresh: more work once per fracture, and the same answer to the engine's tolerance.
 
 The ``power`` baseline's exponent is fitted on the training split when fitting starts (:meth:`BaselineScores.
 fit_power_exponent`); the module stores it with its weights, so that a resumed run, the test and ``flowlearn
