@@ -1,9 +1,11 @@
 """Reuse across solves (factor as preconditioner, warm starts) stays exact, and failures are loud."""
 
+import gc
 import json
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +156,7 @@ def test_a_slow_measurement_of_cg_does_not_stop_reuse_for_good():
 
 # A training-like run in a fresh process, whose numba kernels compile as they are first called.
 COLD_START = """
+import gc
 import json
 from test_reuse import _field, _training_steps
 from flowlearn import DarcyProblem
@@ -296,3 +299,20 @@ def test_the_threaded_product_is_the_matrix_product_of_a_symmetric_matrix_in_any
         np.testing.assert_allclose(
             product(block), symmetric @ block, rtol=1e-13, atol=1e-13 * np.abs(expected).max()
         )
+
+
+def test_a_threaded_product_is_freed_with_its_last_reference():
+    """A product through torch's CSR kernel holds the matrix's arrays; dropped, it must go at once, not wait for
+    the garbage collector's rare full pass (a reference cycle would keep megabytes alive for thousands of steps)."""
+    side = int(np.sqrt(THREADED_ENTRIES)) + 1
+    laplacian = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(side * side,) * 2, format="csc")
+    product = symmetric_product(laplacian)
+    x = np.ones(laplacian.shape[0])
+    assert np.allclose(product(np.stack([x, 2 * x], axis=1))[:, 1], 2 * (laplacian @ x))
+    collected = weakref.ref(product)
+    gc.disable()
+    try:
+        del product
+        assert collected() is None
+    finally:
+        gc.enable()
