@@ -104,6 +104,35 @@ def test_cholmod_factors_one_off_matrices_quickly_and_nearby_ones_for_reuse():
     assert solver.stats.direct_solves == 6 and solver.stats.pcg_solves == 2
 
 
+@pytest.mark.parametrize("backend", DIRECT_BACKENDS)
+def test_one_off_solves_leave_the_training_factor_alone(backend):
+    problem = DarcyProblem.fracture((32, 40))
+    solver = make_engine(backend, reuse_budget=20)  # reuse, not the timings' choice, on a grid this small
+    reference = make_engine("superlu", reuse=False)
+
+    def search(start):
+        # A parameter search closing in: trial fields ever nearer each other, each with its gradient.
+        for step in (0.0, 1e-3, 2e-3):
+            x, y = (start * (1 + step)).requires_grad_(), (start * (1 + step)).requires_grad_()
+            solve_pressure(x, problem, solver=solver, one_off=True).pow(2).sum().backward()
+            solve_pressure(y, problem, solver=reference).pow(2).sum().backward()
+            torch.testing.assert_close(x.grad, y.grad, rtol=1e-8, atol=1e-12 * y.grad.abs().max().item())
+
+    search(_field((32, 40), 6))
+    assert solver.prepared(problem).slots == {}  # nothing kept, so nothing taken for a training loop
+    # Two training steps give the slot a reusable factor; a search between the next step's solves leaves it there.
+    near = _field((32, 40), 4)
+    for log_k in (near, near * 1.001):
+        solve_pressure(log_k.clone().requires_grad_(), problem, solver=solver).pow(2).sum().backward()
+    factor = solver.prepared(problem).slots[0].factor
+    assert factor.reusable
+    search(near * 1.5)
+    factorizations, pcg_solves = solver.stats.factorizations, solver.stats.pcg_solves
+    solve_pressure((near * 1.002).requires_grad_(), problem, solver=solver).pow(2).sum().backward()
+    assert solver.prepared(problem).slots[0].factor is factor
+    assert solver.stats.factorizations == factorizations and solver.stats.pcg_solves == pcg_solves + 2
+
+
 @pytest.mark.skipif(not cholmod_available(), reason=NO_CHOLMOD)
 @pytest.mark.parametrize(("shape", "ordering"), [((32, 40), "amd"), ((150, 150), "nesdis")])
 def test_the_reused_factor_is_ordered_by_nested_dissection_only_where_that_repays_its_analysis(

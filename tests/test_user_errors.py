@@ -338,6 +338,14 @@ def test_engine_options_out_of_range(name, options, message):
         make_engine(name, **options)
 
 
+@pytest.mark.parametrize("one_off", ["yes", 1, None])
+def test_a_one_off_flag_that_is_not_a_bool(one_off):
+    from flowlearn import DarcyProblem, SolveInputError, solve_pressure
+
+    with pytest.raises(SolveInputError, match=re.escape(f"one_off must be True or False, got {one_off!r}")):
+        solve_pressure(torch.zeros(6, 8, dtype=torch.float64), DarcyProblem.fracture((6, 8)), one_off=one_off)
+
+
 @pytest.mark.parametrize("pixels", [0, -5, 2.5, "many"])
 def test_the_problem_cache_refuses_a_pixel_budget_out_of_range(pixels):
     from flowlearn.training.batches import FractureProblems

@@ -39,6 +39,7 @@ from flowlearn.darcy.conductivity import EDGES, form_of
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.tensor import check_tensor, edge_transmissibilities
 from flowlearn.engines import Engine, get_engine
+from flowlearn.engines.base import ONE_OFF
 from flowlearn.errors import SolutionError, SolveInputError
 
 
@@ -48,6 +49,7 @@ def solve_pressure(
     dirichlet_values: torch.Tensor | None = None,
     sources: torch.Tensor | None = None,
     solver: str | Engine | None = None,
+    one_off: bool = False,
 ) -> torch.Tensor:
     """Steady Darcy pressure (head) at every node, differentiable in ``log_k``, ``dirichlet_values`` and ``sources``.
 
@@ -66,6 +68,9 @@ def solve_pressure(
         solver: An engine name from :data:`flowlearn.engines.ENGINES` or ``"auto"`` (default: CHOLMOD when
             installed, else SuperLU), each name one shared engine; or a configured
             :class:`~flowlearn.engines.base.Engine`.
+        one_off: The conductivities will not come back (a baseline's, a trial of a parameter search): the engine
+            keeps no factor or warm start of them, and what it keeps for this problem's other solves (a training
+            loop's factor) stays as it was. Gradients are exact either way; their adjoint solves are one-offs too.
 
     Returns:
         float64 tensor (B, *shape), or ``shape`` for an unbatched ``log_k``: the solved head at free nodes, the
@@ -82,6 +87,8 @@ def solve_pressure(
     """
     if not isinstance(log_k, torch.Tensor):
         raise SolveInputError(f"log_k must be a torch.Tensor, got {type(log_k).__name__}")
+    if not isinstance(one_off, bool):
+        raise SolveInputError(f"one_off must be True or False, got {one_off!r}")
     unbatched = tuple(log_k.shape) == problem.grid.shape
     log_k = _as_float64(log_k, "log_k", log_k.device)
     engine = get_engine(solver)
@@ -90,7 +97,8 @@ def solve_pressure(
     shape = (values.shape[0], *problem.grid.shape)
     heads = _field(dirichlet_values, problem.dirichlet_values, "dirichlet_values", shape, log_k.device)
     flows = _field(sources, problem.sources, "sources", shape, log_k.device)
-    pressure = PressureSolve.apply(values, heads, flows, _Call(target, engine, "state"))
+    role = ONE_OFF if one_off else "state"
+    pressure = PressureSolve.apply(values, heads, flows, _Call(target, engine, role))
     return pressure.squeeze(0) if unbatched else pressure
 
 
@@ -137,7 +145,8 @@ class _Call:
         self.problem, self.engine, self.role = problem, engine, role
 
     def with_role(self, role: str) -> _Call:
-        return _Call(self.problem, self.engine, role)
+        """The call of a derivative's solve of this one's matrix: in ``role``, unless this one is a one-off."""
+        return _Call(self.problem, self.engine, self.role if self.role == ONE_OFF else role)
 
 
 class PressureSolve(torch.autograd.Function):

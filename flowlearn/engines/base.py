@@ -10,7 +10,9 @@ free-node system ``A(K) h_f = Q_f + (Dirichlet inflow)`` depends on the backend.
 2. **solves** the system for a batch of node log-conductivities, Dirichlet heads and sources. Each solve carries a
    role -- ``"state"`` (the forward solve), ``"adjoint"`` or ``"tangent"`` -- so that an engine can keep per-role
    warm starts, and reuse a factorisation or preconditioner from one call to the next (the adjoint right after the
-   forward solve has the same matrix; a training step's matrix is close to the last step's).
+   forward solve has the same matrix; a training step's matrix is close to the last step's). The role
+   ``"one-off"`` marks a solve whose matrix will not come back (a baseline's, a trial of a parameter search): an
+   engine may keep nothing of it, and should leave what it keeps for the problem's other solves as it was.
 
 Engines are chosen by name from :data:`flowlearn.engines.ENGINES`. A new backend is one :class:`Engine` subclass in
 one file, one line in that table and one config in ``configs/solver/``.
@@ -31,7 +33,9 @@ from flowlearn.runtime import solve_done
 if TYPE_CHECKING:
     from flowlearn.darcy.problem import DarcyProblem
 
-ROLES = ("state", "adjoint", "tangent")
+# What a solve is for; ONE_OFF: a matrix that will not come back (see above).
+ONE_OFF = "one-off"
+ROLES = ("state", "adjoint", "tangent", ONE_OFF)
 
 
 @dataclass

@@ -22,6 +22,11 @@ chooses per solve:
   multigrid's 20-odd iterations;
 * otherwise -> a new numeric factorisation (the symbolic analysis is kept per problem).
 
+A solve in the role ``"one-off"`` (a baseline's, a trial of a parameter search) goes the way of a first matrix on a
+slot of its own, dropped after it: the slot's factor that a training loop reuses stays as it was, and a search whose
+trial matrices draw close to each other does not take them for a training loop and pay for the nested-dissection
+analysis of a reusable factor.
+
 An old factor grows a worse preconditioner as the conductivities drift away from it, so CG needs more iterations
 step by step. The slot refactors once a CG solve costs more than the average solve of the current factor's life,
 its factorisation included: the classic replacement rule for a machine whose running cost grows, which minimises
@@ -47,7 +52,7 @@ import torch
 from numba import njit, prange
 
 from flowlearn.checks import is_integer
-from flowlearn.engines.base import Engine
+from flowlearn.engines.base import ONE_OFF, Engine
 from flowlearn.engines.inverse import Factor
 from flowlearn.engines.pcg import symmetric_product
 from flowlearn.errors import ConvergenceError
@@ -190,6 +195,8 @@ class FactorEngine(Engine):
         ``state.layout``, rhs float64 (n,); returns float64 (n,)."""
         if not state.analysed:
             state.symbolic, state.analysed = self.analyze(matrix), True
+        if role == ONE_OFF:  # solved as a first matrix is, on a slot of its own that is then dropped
+            return self._solve_slot(state, _Slot(), role, matrix, rhs)
         entry = state.slots.setdefault(slot, _Slot())
         start = time.perf_counter()
         solution = self._solve_slot(state, entry, role, matrix, rhs)

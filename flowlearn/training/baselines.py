@@ -2,10 +2,10 @@
 
 The laws are those of :mod:`flowlearn.models.baselines`; their pressure and flow rate come from the same Darcy solve
 as a learned model's. The baselines do not learn, so each fracture's metrics are computed once and kept. They solve
-on the model's own problems, so that a fracture's grid layout and the engine's analysis of it serve both. An engine
-keeps its factors per problem, so the first time a fracture's baselines are solved, between the model's forward
-solve and its adjoint, the adjoint may find the baselines' last factor rather than the model's and iterate with it
-or factor afresh: more work once per fracture, and the same answer to the engine's tolerance.
+on the model's own problems, so that a fracture's grid layout serves both, and as one-offs
+(:func:`~flowlearn.darcy.solve.solve_pressure`'s ``one_off``): an engine keeps nothing of them, so the factor that
+the model's training steps reuse stays the model's, even when the baselines are solved between a step's forward
+solve and its adjoint.
 
 The ``power`` baseline's exponent is fitted on the training split when fitting starts (:meth:`BaselineScores.
 fit_power_exponent`); the module stores it with its weights, so that a resumed run, the test and ``flowlearn
@@ -69,7 +69,7 @@ class BaselineScores:
         for baseline in BASELINE_NAMES:
             log_t = baseline_log_t(baseline, log_ap, active, power_exponent, inclination, slope)
             if log_t is not None:
-                pressure = solve_fracture(log_t, problem, name, self.solver)
+                pressure = solve_fracture(log_t, problem, name, self.solver, one_off=True)
                 solutions[baseline] = (pressure[0], outlet_flow_rate(log_t, pressure, problem)[0])
         return solutions
 
@@ -112,7 +112,7 @@ class BaselineScores:
                 batch = as_batch(dataset[index], device)
                 (problem,) = self.problems.of(batch)
                 log_t = power_law_log_t(log_aperture(batch), batch["active"], exponent)
-                pressure = solve_fracture(log_t, problem, batch["name"][0], self.solver)
+                pressure = solve_fracture(log_t, problem, batch["name"][0], self.solver, one_off=True)
                 free = torch.from_numpy(problem.free).unsqueeze(0).to(pressure.device)
                 nan = torch.full((1,), math.nan, dtype=torch.float64, device=pressure.device)
                 fixed = (batch["inlet_pressure"], batch["outlet_pressure"])

@@ -39,16 +39,23 @@ def heads(batch: dict, index: int) -> tuple[float, float]:
 
 
 def solve_fracture(
-    log_k: torch.Tensor, problem: DarcyProblem, name: str, solver: str | Engine | None
+    log_k: torch.Tensor,
+    problem: DarcyProblem,
+    name: str,
+    solver: str | Engine | None,
+    one_off: bool = False,
 ) -> torch.Tensor:
     """The pressure of fracture ``name`` by ``solver`` on the solver's own device, returned on ``log_k``'s device:
     the model may sit elsewhere (Lightning hands it back to the CPU after fitting, for one), and the gradient
-    crosses the copy. A solve that fails names the fracture."""
+    crosses the copy. A solve that fails names the fracture. ``one_off``: as for
+    :func:`~flowlearn.darcy.solve.solve_pressure`."""
     engine = get_engine(solver)
+    on_engine = engine.device is None or engine.device == log_k.device
     try:
-        if engine.device is None or engine.device == log_k.device:
-            return solve_pressure(log_k, problem, solver=engine)
-        return solve_pressure(log_k.to(engine.device), problem, solver=engine).to(log_k.device)
+        pressure = solve_pressure(
+            log_k if on_engine else log_k.to(engine.device), problem, solver=engine, one_off=one_off
+        )
+        return pressure if on_engine else pressure.to(log_k.device)
     except (SolveInputError, SolutionError) as error:
         raise type(error)(f"fracture {name}: {error}") from error
 

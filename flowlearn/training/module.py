@@ -335,7 +335,7 @@ class FractureFlowModule(L.LightningModule):
         log_k = self.law.log_k(log_ap, raw, Geometry.of(batch))
         try:
             for i, problem in enumerate(self.problems.of(batch)):
-                solve_fracture(log_k[i : i + 1], problem, batch["name"][i], self.solver)
+                solve_fracture(log_k[i : i + 1], problem, batch["name"][i], self.solver, one_off=True)
         except (SolveInputError, SolutionError):
             return True
         return False
