@@ -104,12 +104,32 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "walled": lambda g: _add_walls(g, -5e-5, 5e-5),
         # Walls that touch all across column 4: no path from the inlet to the outlet.
         "blocked": lambda g: g["aperture"].__setitem__((slice(None), 4), 0.0),
+        # Attributes of the wrong kind or out of range.
+        "voxel_text": lambda g: g.attrs.__setitem__("voxel_size", "ten microns"),
+        "voxel_array": lambda g: g.attrs.__setitem__("voxel_size", [1e-5, 2e-5]),
+        "voxel_zero": lambda g: g.attrs.__setitem__("voxel_size", 0.0),
+        "voxel_negative": lambda g: g.attrs.__setitem__("voxel_size", -1e-5),
+        "voxel_inf": lambda g: g.attrs.__setitem__("voxel_size", np.inf),
+        "inlet_text": lambda g: g.attrs.__setitem__("inlet_pressure", "two"),
+        "inlet_nan": lambda g: g.attrs.__setitem__("inlet_pressure", np.nan),
+        "flow_rate_text": lambda g: g.attrs.__setitem__("flow_rate", "big"),
+        "provenance_text": lambda g: g.attrs.__setitem__("provenance", "{not json"),
+        "provenance_list": lambda g: g.attrs.__setitem__("provenance", "[1, 2]"),
+        # One pixel across the flow: no slope between pixels.
+        "one_row": _keep_first_row,
     }.items():
         made[name] = base / f"{name}.h5"
         shutil.copy(good, made[name])
         with h5py.File(made[name], "r+") as f:
             edit(f["f2"])
     return made
+
+
+def _keep_first_row(group: h5py.Group) -> None:
+    for name in ("aperture", "pressure"):
+        row = group[name][:1]
+        del group[name]
+        group[name] = row
 
 
 def _add_walls(group: h5py.Group, bottom: float, top: float) -> None:
@@ -280,6 +300,46 @@ FILE_ROWS = [
     (
         "data.path={narrow}",
         "{narrow}: group 'f0': field 'aperture': shape (1, 2) has 2 pixel(s) along the flow axis 'x'; at least 3",
+    ),
+    (
+        "data.path={voxel_text}",
+        "{voxel_text}: group 'f2': attribute 'voxel_size' is 'ten microns'; expected one number",
+    ),
+    (
+        "data.path={voxel_array}",
+        "{voxel_array}: group 'f2': attribute 'voxel_size' is array([1.e-05, 2.e-05])",
+    ),
+    *(
+        (
+            f"data.path={{{name}}}",
+            f"{{{name}}}: group 'f2': attribute 'voxel_size' is {value}; expected a finite number > 0 (metres per "
+            "voxel), or NaN where it is unknown",
+        )
+        for name, value in (("voxel_zero", "0.0"), ("voxel_negative", "-1e-05"), ("voxel_inf", "inf"))
+    ),
+    (
+        "data.path={inlet_text}",
+        "{inlet_text}: group 'f2': attribute 'inlet_pressure' is 'two'; expected one number",
+    ),
+    (
+        "data.path={inlet_nan}",
+        "{inlet_nan}: group 'f2': attribute 'inlet_pressure' is nan; expected a finite number",
+    ),
+    (
+        "data.path={flow_rate_text}",
+        "{flow_rate_text}: group 'f2': attribute 'flow_rate' is 'big'; expected one",
+    ),
+    (
+        "data.path={provenance_text}",
+        "{provenance_text}: group 'f2': attribute 'provenance' is not a JSON text",
+    ),
+    (
+        "data.path={provenance_list}",
+        "{provenance_list}: group 'f2': attribute 'provenance' is JSON list; expected an object",
+    ),
+    (
+        "data.path={one_row}",
+        "{one_row}: group 'f2': field 'aperture': shape (1, 8) has 1 pixel along axis 0; a map needs at least 2",
     ),
     ("ckpt_path={tmp}/missing.ckpt", "ckpt_path: checkpoint not found: {tmp}/missing.ckpt"),
     ("ckpt_path={folder}", "ckpt_path: {folder} is a directory, not a checkpoint"),

@@ -149,8 +149,9 @@ def _where(path: str | os.PathLike, group: str | None = None, name: str | None =
 def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") -> None:
     """Check one fracture against the schema; raise :class:`DataValidationError` on the first violation.
 
-    Checks: 2D or 3D shape, equal shapes of aperture, pressure and mask, finite values, non-negative aperture,
-    a known flow axis with at least ``MIN_FLOW_LENGTH`` pixels along it, and boundary faces whose mean pressure over
+    Checks: 2D or 3D shape, equal shapes of aperture, pressure and mask, finite values, non-negative aperture, a
+    voxel size > 0 or NaN, finite inlet and outlet pressures, a known flow axis with at least ``MIN_FLOW_LENGTH``
+    pixels along it and 2 along every other axis, and boundary faces whose mean pressure over
     active cells matches the declared inlet and outlet within ``BOUNDARY_TOLERANCE`` of their difference. Zero
     apertures are inactive cells, not errors.
     """
@@ -178,6 +179,17 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
                 f"{_where(path, g, fname)}: shape {arr.shape} does not match aperture shape {ap.shape}"
             )
     fields = (*fields, *walls)
+    voxel = fracture.voxel_size
+    if not (math.isnan(voxel) or (math.isfinite(voxel) and voxel > 0)):
+        raise DataValidationError(
+            f"{_where(path, g)}: attribute 'voxel_size' is {voxel!r}; expected a finite number > 0 (metres per "
+            "voxel), or NaN where it is unknown"
+        )
+    for side in ("inlet_pressure", "outlet_pressure"):
+        if not math.isfinite(getattr(fracture, side)):
+            raise DataValidationError(
+                f"{_where(path, g)}: attribute '{side}' is {getattr(fracture, side)!r}; expected a finite number"
+            )
     if fracture.flow_rate is not None and not (math.isfinite(fracture.flow_rate) and fracture.flow_rate > 0):
         raise DataValidationError(
             f"{_where(path, g)}: attribute 'flow_rate' is {fracture.flow_rate!r}; expected a finite number > 0"
@@ -207,6 +219,12 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
             f"{_where(path, g, 'aperture')}: shape {ap.shape} has {length} pixel(s) along the flow axis "
             f"{fracture.flow_axis!r}; at least {MIN_FLOW_LENGTH} are needed, the inlet and outlet and one between "
             "them whose pressure is solved for"
+        )
+    narrow = [axis for axis, size in enumerate(ap.shape) if size < 2]
+    if narrow:
+        raise DataValidationError(
+            f"{_where(path, g, 'aperture')}: shape {ap.shape} has 1 pixel along axis {narrow[0]}; a map needs at "
+            "least 2 along every axis (the slopes of the aperture and the walls are differences between pixels)"
         )
     if p is not None:
         _check_boundaries(fracture, path)
@@ -271,6 +289,8 @@ def open_file(path: str | os.PathLike) -> h5py.File:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such file")
+    if p.is_dir():
+        raise DataValidationError(f"{p}: a directory, not an HDF5 fracture file")
     if p.stat().st_size == 0:
         raise DataValidationError(f"{p}: empty file (0 bytes), not an HDF5 fracture file")
     if not h5py.is_hdf5(p):
@@ -388,15 +408,48 @@ def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout
         aperture=_read_dataset(path, name, g, "aperture"),
         pressure=_read_dataset(path, name, g, "pressure") if "pressure" in g else None,
         mask=mask,
-        voxel_size=float(g.attrs["voxel_size"]),
-        inlet_pressure=float(g.attrs.get("inlet_pressure", 2.0)),
-        outlet_pressure=float(g.attrs.get("outlet_pressure", 1.0)),
+        voxel_size=_number_attribute(path, name, g, "voxel_size"),
+        inlet_pressure=_number_attribute(path, name, g, "inlet_pressure", 2.0),
+        outlet_pressure=_number_attribute(path, name, g, "outlet_pressure", 1.0),
         flow_axis=flow_axis.decode() if isinstance(flow_axis, bytes) else str(flow_axis),
-        provenance=json.loads(g.attrs.get("provenance", "{}")),
-        flow_rate=float(g.attrs["flow_rate"]) if "flow_rate" in g.attrs else None,
+        provenance=_provenance(path, name, g),
+        flow_rate=_number_attribute(path, name, g, "flow_rate") if "flow_rate" in g.attrs else None,
         bottom=_read_dataset(path, name, g, "bottom") if "bottom" in g else None,
         top=_read_dataset(path, name, g, "top") if "top" in g else None,
     )
+
+
+def _number_attribute(
+    path: str | os.PathLike, name: str, group: h5py.Group, attribute: str, default: float | None = None
+) -> float:
+    """The attribute ``attribute`` of ``group`` as a float (``default`` where absent): one real number, not text
+    or an array of several."""
+    value = group.attrs.get(attribute, default)
+    array = np.asarray(value)
+    if array.size != 1 or not (
+        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
+    ):
+        shown = value.decode(errors="replace") if isinstance(value, bytes) else value
+        raise DataValidationError(
+            f"{_where(path, name)}: attribute '{attribute}' is {shown!r}; expected one number"
+        )
+    return float(array.reshape(()))
+
+
+def _provenance(path: str | os.PathLike, name: str, group: h5py.Group) -> dict:
+    """The group's ``provenance`` attribute, a JSON object ({} where absent)."""
+    text = group.attrs.get("provenance", "{}")
+    try:
+        provenance = json.loads(text)
+    except (TypeError, ValueError) as error:  # JSONDecodeError is a ValueError; an array is a TypeError
+        raise DataValidationError(
+            f"{_where(path, name)}: attribute 'provenance' is not a JSON text ({error})"
+        ) from None
+    if not isinstance(provenance, dict):
+        raise DataValidationError(
+            f"{_where(path, name)}: attribute 'provenance' is JSON {type(provenance).__name__}; expected an object"
+        )
+    return provenance
 
 
 def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
@@ -416,7 +469,9 @@ def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
                 raise DataValidationError(f"{_where(path, name, key)}: missing field")
             shape = tuple(g[key].shape)
             walls = layout == "flowlearn" and all(wall in g for wall in WALL_FIELDS)
-            voxel = layout == "flowlearn" and math.isfinite(float(g.attrs.get("voxel_size", math.nan)))
+            voxel = layout == "flowlearn" and math.isfinite(
+                _number_attribute(path, name, g, "voxel_size", math.nan)
+            )
             infos.append(FractureInfo(name, shape[2:] if layout == "original" else shape, walls, voxel))
         return infos
 
