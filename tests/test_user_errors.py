@@ -162,9 +162,10 @@ def _one_line(status: int, err: str, *names: str) -> None:
 # ------------------------------------------------------------------------------------------------- the config
 
 CONFIG_ROWS = [
-    ("seed=abc", "seed must be an integer >= 0, got 'abc'"),
-    ("seed=-1", "seed must be an integer >= 0, got -1"),
+    ("seed=abc", "seed must be an integer in [0, 4294967295], got 'abc'"),
+    ("seed=-1", "seed must be an integer in [0, 4294967295], got -1"),
     ("seed=1.5", "seed must be an integer"),
+    ("seed=4294967296", "seed must be an integer in [0, 4294967295], got 4294967296"),
     ("data.batch_size=2.5", "data.batch_size must be a positive integer, got 2.5"),
     ("data.batch_size=0", "data.batch_size must be a positive integer, got 0"),
     ("data.batch_size=abc", "data.batch_size must be a positive integer, got 'abc'"),
@@ -176,7 +177,14 @@ CONFIG_ROWS = [
     ("data.fractions=[0.5,0.3,0.3]", "data.fractions must sum to 1"),
     ("data.fractions=[0,0.5,0.5]", "with train > 0"),
     ("data.fractions=[a,b,c]", "data.fractions must be three non-negative numbers"),
-    ("data.heads=[1,1]", "data.heads must be two different numbers (inlet, outlet) or null, got [1, 1]"),
+    (
+        "data.heads=[1,1]",
+        "data.heads must be two different numbers (inlet, outlet) in [-1e+12, 1e+12] or null, got [1, 1]",
+    ),
+    (
+        "data.heads=[1e300,-1e300]",
+        "data.heads must be two different numbers (inlet, outlet) in [-1e+12, 1e+12]",
+    ),
     ("data.heads=[2]", "data.heads must be two different numbers"),
     ("data.heads=[x,1]", "data.heads must be two different numbers"),
     ("data.path=[]", "data.path is an empty list"),
@@ -207,6 +215,13 @@ CONFIG_ROWS = [
     ("model=unet model.kernel_size=2", "model.kernel_size must be a positive odd integer, got 2"),
     ("model=pixel model.inputs=[aperture]", "Could not override 'model.inputs'"),
     ("law=exponent law.initial_exponent=abc", "law.initial_exponent must be a number"),
+    *(
+        (
+            f"law=exponent law.initial_exponent={value}",
+            f"law.initial_exponent must be a number > 0 (the law's exponent is 2·relu(w), which has no gradient at w <= 0: training could never move it), got {value}",
+        )
+        for value in (0, -1)
+    ),
     ("solver.rtol=-1", "solver.rtol must be > 0, got -1"),
     ("solver.rtol=abc", "solver.rtol must be > 0, got 'abc'"),
     ("+solver.max_iter=0", "solver.max_iter must be a positive integer, got 0"),
@@ -220,7 +235,29 @@ CONFIG_ROWS = [
     ("optimizer=sgd optimizer.momentum=1.5", "optimizer.momentum must be a number in [0, 1), got 1.5"),
     ("optimizer=sgd optimizer.momentum=-0.1", "optimizer.momentum must be a number in [0, 1)"),
     ("loss.pressure=rmse", "loss.pressure must be one of ['mse', 'departure'], got 'rmse'"),
-    ("loss.flow_rate_weight=-1", "loss.flow_rate_weight must be a number >= 0, got -1"),
+    ("loss.flow_rate_weight=-1", "loss.flow_rate_weight must be a number in [0, 1e+06), got -1"),
+    ("loss.flow_rate_weight=1e300", "loss.flow_rate_weight must be a number in [0, 1e+06), got 1e+300"),
+    ("solver.reuse=maybe", "solver.reuse must be true or false, got 'maybe'"),
+    (
+        "optimizer=gauss_newton optimizer.damping=1e300",
+        "optimizer.damping must be a number in (0, 1e+10), got 1e+300",
+    ),
+    (
+        "optimizer=gauss_newton optimizer.cg_iterations=100000000",
+        "optimizer.cg_iterations must be an integer in [1, 1000], got 100000000",
+    ),
+    (
+        "optimizer=gauss_newton optimizer.cg_tolerance=1e-300",
+        "optimizer.cg_tolerance must be a number in [1e-15, 1), got 1e-300",
+    ),
+    ("+optimizer.betas=[1.5,0.999]", "optimizer: Invalid beta parameter at index 0: 1.5"),
+    ("+optimizer.eps=-1", "optimizer: Invalid epsilon value: -1"),
+    ("+optimizer.foo=1", "optimizer: Adam.__init__() got an unexpected keyword argument 'foo'"),
+    (
+        "callbacks.model_checkpoint.monitor=val/loss",
+        "callbacks.model_checkpoint.monitor must be one of ['train/loss', 'train/mse',",
+    ),
+    ("callbacks.model_checkpoint.mode=avg", "callbacks.model_checkpoint.mode must be min or max, got 'avg'"),
     # The good file's fractures carry no flow rate; 2 of its 4 fall in the training split.
     (
         "loss.flow_rate_weight=0.01",
@@ -239,6 +276,29 @@ CONFIG_ROWS = [
     ("trainer.precision=64-false", "trainer.precision must be one of ['64-true', '32-true']"),
     ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps must be a positive integer"),
     ("trainer.check_val_every_n_epoch=-1", "trainer.check_val_every_n_epoch must be a positive integer"),
+    (
+        "+trainer.accumulate_grad_batches=0",
+        "trainer.accumulate_grad_batches must be a positive integer, got 0",
+    ),
+    ("+trainer.min_epochs=-3", "trainer.min_epochs must be an integer >= 0, got -3"),
+    ("+trainer.num_sanity_val_steps=-5", "trainer.num_sanity_val_steps must be an integer >= -1, got -5"),
+    ("+trainer.gradient_clip_val=-1", "trainer.gradient_clip_val must be a number >= 0, got -1"),
+    ("trainer.deterministic=maybe", "trainer.deterministic must be true or false or warn, got 'maybe'"),
+    (
+        "+trainer.max_steps=0",
+        "trainer.max_steps must be -1 (no limit) or a positive integer (0 would train nothing)",
+    ),
+    (
+        "+trainer.limit_train_batches=0",
+        "trainer.limit_train_batches must be a positive integer (batches) or a fraction",
+    ),
+    (
+        "+trainer.limit_train_batches=1.5",
+        "trainer.limit_train_batches must be a positive integer (batches) or a fraction",
+    ),
+    ("+trainer.strategy=foo", "trainer: You selected an invalid strategy name: `strategy='foo'`"),
+    ("+trainer.max_time=abc", "trainer: `Timer(duration='abc')` is not a valid duration"),
+    ("solver.name=foo", "solver: unknown solver 'foo'; choose one of"),
     ("+logger.flush_logs_every_n_steps=0", "logger.flush_logs_every_n_steps must be a positive integer"),
     (
         "callbacks.model_checkpoint.save_top_k=-2",
@@ -271,6 +331,7 @@ FILE_ROWS = [
     ("data.path={tmp}/missing.h5", "data.path: file not found: {tmp}/missing.h5"),
     ("data.path={folder}", "data.path: {folder} is a directory, not a file"),
     ("data.path=[{good},{tmp}/missing.h5]", "data.path: file not found: {tmp}/missing.h5"),
+    ("data.path=[{good},{good}]", "data.path: {good} and {good} share the file name 'good'"),
     ("data.path={empty}", "{empty}: empty file (0 bytes)"),
     ("data.path={text}", "{text}: not an HDF5 file"),
     ("data.path={truncated}", "{truncated}"),
@@ -1041,14 +1102,14 @@ def test_a_read_only_folder(files, fake_run, tmp_path, capsys):
 # ----------------------------------------------------------------------------------- in a real process, a few
 
 
-def _process(*command: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=ROOT, timeout=300)
+def _process(*command: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["seed=abc"], "error: seed must be an integer >= 0, got 'abc'"),
+        (["seed=abc"], "error: seed must be an integer in [0, 4294967295], got 'abc'"),
         (["optimizer.lrr=0.1"], "error: Could not override 'optimizer.lrr'"),
     ],
 )
@@ -1069,14 +1130,16 @@ def test_a_local_sweep_records_its_failed_run_and_finishes_the_others(files, tmp
         "trainer.max_epochs=1", "~callbacks.figures", "seed=abc,0",
     )  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert "error: seed must be an integer >= 0, got 'abc'" in result.stderr.splitlines()
+    assert "error: seed must be an integer in [0, 4294967295], got 'abc'" in result.stderr.splitlines()
     assert "1 of 2 run(s) failed; the other runs finished" in result.stdout
     error = (sweep / "0" / "error.txt").read_text().splitlines()[0]
-    assert error == "error: seed must be an integer >= 0, got 'abc'"
+    assert error == "error: seed must be an integer in [0, 4294967295], got 'abc'"
     assert (sweep / "1" / "predictions.h5").is_file() and not (sweep / "1" / "error.txt").exists()
     report = _process("-m", "flowlearn.cli", "report", str(sweep))
     assert report.returncode == 1
-    assert f"{sweep / '0'} failed: error: seed must be an integer >= 0, got 'abc'" in report.stderr
+    assert (
+        f"{sweep / '0'} failed: error: seed must be an integer in [0, 4294967295], got 'abc'" in report.stderr
+    )
 
 
 def test_a_slurm_sweep_without_a_controller_submits_and_writes_nothing(files, tmp_path, no_controller):
@@ -1097,6 +1160,15 @@ def test_train_py_with_an_unwritable_run_directory(files, tmp_path):
     with _mounted(tmp_path / "ro", "ro,size=10k") as read_only:
         result = _process("train.py", f"hydra.run.dir={read_only / 'run'}", f"data.path={files['good']}")
         _one_line(result.returncode, result.stderr, f"hydra.run.dir: cannot create {read_only / 'run'}")
+
+
+def test_train_py_with_an_empty_run_directory(files, tmp_path):
+    # hydra.run.dir=$OUT with $OUT unset: Hydra would write the run into the current directory.
+    work = tmp_path / "work"
+    work.mkdir()
+    result = _process(str(ROOT / "train.py"), "hydra.run.dir=", f"data.path={files['good']}", cwd=work)
+    _one_line(result.returncode, result.stderr, "hydra.run.dir is empty: give a folder for the outputs")
+    assert list(work.iterdir()) == []
 
 
 def test_flowlearn_command_exits_2_with_one_line(tmp_path):

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from flowlearn.checks import is_integer, is_number
 from flowlearn.data.inputs import check_input_names
 from flowlearn.errors import ConfigError, UserErrorExit
-from flowlearn.training.metrics import PRESSURE_LOSSES
+from flowlearn.training.metrics import PRESSURE_LOSSES, monitorable_columns
 
 
 def exit_with_user_error(error: BaseException) -> None:
@@ -76,7 +76,10 @@ class OutputDirCheck(Callback):
         _writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
 
 
-def _writable_dir(key: str, directory: str) -> None:
+def _writable_dir(key: str, directory: str | None) -> None:
+    if directory is None or not str(directory).strip():
+        # An unset shell variable (hydra.run.dir=$OUT): the outputs would land in the current directory.
+        exit_with_user_error(ConfigError(f"{key} is empty: give a folder for the outputs"))
     path = Path(directory)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -93,6 +96,18 @@ LOOSEST_SOLVER_TOLERANCE = 1e-6
 # The widest smoothing of the mid-surface, in mean apertures: beyond it every map is flat, and the Gaussian's
 # weights (4 standard deviations each side) grow with it.
 MAX_SLOPE_SMOOTHING = 100.0
+# The largest seed numpy's generators take.
+MAX_SEED = 2**32 - 1
+# Gauss–Newton's inner CG: each iteration costs about two solves (one JVP, one VJP), so 1,000 are minutes a step at
+# 256x260; and its relative residual cannot go below float64's round-off.
+MAX_CG_ITERATIONS = 1000
+MIN_CG_TOLERANCE = 1e-15
+# Beyond these the loss's terms overflow or underflow float64 (an exponent of 1e300 gives NaN sources): the
+# Levenberg–Marquardt damping relative to the curvature, the flow-rate term's weight against the pressure term's
+# (both of order 1e-4..1), and the heads (any unit: Pa and metres of water alike stay far below).
+MAX_DAMPING = 1e10
+MAX_FLOW_RATE_WEIGHT = 1e6
+MAX_HEAD = 1e12
 
 
 # ``trainer.precision``, Lightning's option (with its aliases 64 and 32), sets the dtype of the correction model: its
@@ -131,13 +146,24 @@ def _number(cfg: DictConfig, key: str, low: float, strict: bool = True, high: fl
     _check(above and value < high, f"{key} must be a number {bound}, got {value!r}")
 
 
-def _integer(cfg: DictConfig, key: str, low: int = 1) -> None:
-    """``key``, when set, is an integer >= ``low``."""
+def _integer(cfg: DictConfig, key: str, low: int = 1, high: float = math.inf) -> None:
+    """``key``, when set, is an integer in [``low``, ``high``]."""
     value = OmegaConf.select(cfg, key)
     if value is None:
         return
     what = "a positive integer" if low == 1 else f"an integer >= {low}"
-    _check(is_integer(value) and value >= low, f"{key} must be {what}, got {value!r}")
+    if high < math.inf:
+        what = f"an integer in [{low}, {high:.0f}]"
+    _check(is_integer(value) and low <= value <= high, f"{key} must be {what}, got {value!r}")
+
+
+def _boolean(cfg: DictConfig, key: str, *others: str) -> None:
+    """``key``, when set, is true or false (or one of ``others``)."""
+    value = OmegaConf.select(cfg, key)
+    allowed = " or ".join(["true", "false", *others])
+    _check(
+        value is None or isinstance(value, bool) or value in others, f"{key} must be {allowed}, got {value!r}"
+    )
 
 
 def _positive(cfg: DictConfig, key: str, integer: bool = False) -> None:
@@ -157,7 +183,7 @@ def _file(key: str, value: object, what: str) -> None:
 
 def validate_config(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first impossible value in ``cfg``."""
-    _integer(cfg, "seed", low=0)
+    _integer(cfg, "seed", low=0, high=MAX_SEED)
     # data
     _positive(cfg, "data.batch_size", integer=True)
     _integer(cfg, "data.num_workers", low=0)
@@ -174,8 +200,11 @@ def validate_config(cfg: DictConfig) -> None:
     if heads is not None:
         values = list(heads) if OmegaConf.is_list(heads) else [heads]
         _check(
-            len(values) == 2 and all(is_number(v) for v in values) and values[0] != values[1],
-            f"data.heads must be two different numbers (inlet, outlet) or null, got {values}",
+            len(values) == 2
+            and all(is_number(v) and abs(v) <= MAX_HEAD for v in values)
+            and values[0] != values[1],
+            f"data.heads must be two different numbers (inlet, outlet) in [-{MAX_HEAD:g}, {MAX_HEAD:g}] or null, "
+            f"got {values}",
         )
     path = OmegaConf.select(cfg, "data.path")
     _check(path is not None, "data.path is not set: give an HDF5 file, e.g. data.path=path/to/fractures.h5")
@@ -183,6 +212,16 @@ def validate_config(cfg: DictConfig) -> None:
     _check(bool(paths), "data.path is an empty list: give at least one HDF5 file")
     for p in paths:
         _file("data.path", p, "file")
+    # A fracture's key is its file's stem and its group: two files of one stem would give two fractures one key.
+    stems: dict[str, object] = {}
+    for p in paths:
+        stem = Path(str(p)).stem
+        _check(
+            stem not in stems,
+            f"data.path: {stems.get(stem)} and {p} share the file name {stem!r}, which names their fractures "
+            f"({stem}/<group>): give each file once, and rename one of two files of one name",
+        )
+        stems[stem] = p
     # model and law
     _positive(cfg, "model.channels", integer=True)
     _positive(cfg, "model.depth", integer=True)
@@ -203,8 +242,13 @@ def validate_config(cfg: DictConfig) -> None:
         kernel is None or (is_integer(kernel) and kernel > 0 and kernel % 2 == 1),
         f"model.kernel_size must be a positive odd integer, got {kernel!r}",
     )
-    _number(cfg, "law.initial_exponent", -math.inf)
-    _number(cfg, "loss.flow_rate_weight", 0, strict=False)
+    exponent = OmegaConf.select(cfg, "law.initial_exponent")
+    _check(
+        exponent is None or (is_number(exponent) and exponent > 0),
+        f"law.initial_exponent must be a number > 0 (the law's exponent is 2·relu(w), which has no gradient at w "
+        f"<= 0: training could never move it), got {exponent!r}",
+    )
+    _number(cfg, "loss.flow_rate_weight", 0, strict=False, high=MAX_FLOW_RATE_WEIGHT)
     pressure = OmegaConf.select(cfg, "loss.pressure")
     _check(
         pressure is None or pressure in PRESSURE_LOSSES,
@@ -225,6 +269,7 @@ def validate_config(cfg: DictConfig) -> None:
     _positive(cfg, "solver.refactor_iterations", integer=True)
     _number(cfg, "solver.max_change", 0, high=1)
     _integer(cfg, "solver.reuse_budget", low=0)
+    _boolean(cfg, "solver.reuse")
     _integer(cfg, "solver.multigrid_unknowns", low=0)
     fraction = OmegaConf.select(cfg, "solver.memory_fraction")
     _check(
@@ -235,14 +280,32 @@ def validate_config(cfg: DictConfig) -> None:
     _positive(cfg, "optimizer.lr")
     _number(cfg, "optimizer.momentum", 0, strict=False, high=1)
     _number(cfg, "optimizer.weight_decay", 0, strict=False)
-    _positive(cfg, "optimizer.damping")
-    _positive(cfg, "optimizer.cg_iterations", integer=True)
-    _number(cfg, "optimizer.cg_tolerance", 0, high=1)
+    _number(cfg, "optimizer.damping", 0, high=MAX_DAMPING)
+    _integer(cfg, "optimizer.cg_iterations", high=MAX_CG_ITERATIONS)
+    _number(cfg, "optimizer.cg_tolerance", MIN_CG_TOLERANCE, strict=False, high=1)
     _positive(cfg, "optimizer.max_trials", integer=True)
     # trainer
     _positive(cfg, "trainer.max_epochs", integer=True)
     _positive(cfg, "trainer.log_every_n_steps", integer=True)
     _positive(cfg, "trainer.check_val_every_n_epoch", integer=True)
+    _positive(cfg, "trainer.accumulate_grad_batches", integer=True)
+    _integer(cfg, "trainer.min_epochs", low=0)
+    _integer(cfg, "trainer.num_sanity_val_steps", low=-1)
+    _number(cfg, "trainer.gradient_clip_val", 0, strict=False)
+    _boolean(cfg, "trainer.deterministic", "warn")
+    steps = OmegaConf.select(cfg, "trainer.max_steps")
+    _check(
+        steps is None or (is_integer(steps) and (steps == -1 or steps >= 1)),
+        f"trainer.max_steps must be -1 (no limit) or a positive integer (0 would train nothing), got {steps!r}",
+    )
+    batches = OmegaConf.select(cfg, "trainer.limit_train_batches")
+    _check(
+        batches is None
+        or (is_integer(batches) and batches >= 1)
+        or (is_number(batches) and not is_integer(batches) and 0 < batches <= 1),
+        f"trainer.limit_train_batches must be a positive integer (batches) or a fraction in (0, 1] (0 would train "
+        f"nothing), got {batches!r}",
+    )
     model_precision(cfg)
     devices = OmegaConf.select(cfg, "trainer.devices")
     _check(
@@ -253,6 +316,16 @@ def validate_config(cfg: DictConfig) -> None:
     _positive(cfg, "logger.flush_logs_every_n_steps", integer=True)
     # callbacks
     _integer(cfg, "callbacks.model_checkpoint.save_top_k", low=-1)
+    monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor")
+    _check(
+        monitor is None or monitor in monitorable_columns(),
+        f"callbacks.model_checkpoint.monitor must be one of {monitorable_columns()}, got {monitor!r}",
+    )
+    mode = OmegaConf.select(cfg, "callbacks.model_checkpoint.mode")
+    _check(
+        mode is None or mode in ("min", "max"),
+        f"callbacks.model_checkpoint.mode must be min or max, got {mode!r}",
+    )
     _positive(cfg, "callbacks.model_checkpoint.every_n_epochs", integer=True)
     _integer(cfg, "callbacks.figures.every_n_epochs", low=0)
     _number(cfg, "callbacks.figures.max_overhead", 0, strict=False)

@@ -217,6 +217,13 @@ def improvement(
     return 100 * (1 - model_error / baseline_error)
 
 
+def monitorable_columns() -> list[str]:
+    """The logged names a checkpoint can monitor while fitting: the training loss, and the learned model's metrics
+    and improvement on the training and validation splits (the baselines' do not change)."""
+    names = [*(m.name for m in METRICS), IMPROVEMENT]
+    return [LOSS, *(column(stage, name) for stage in STAGES[:2] for name in names)]
+
+
 def metric_name(name: str, baseline: str | None = None) -> str:
     """A metric's name without its stage: ``name`` for the learned model, ``<baseline>_<name>`` for a baseline."""
     return f"{baseline}_{name}" if baseline else name

@@ -134,8 +134,16 @@ class FractureFlowModule(L.LightningModule):
             }
         )
 
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer of this module's parameters; :class:`ConfigError` for a hyperparameter that its class
+        refuses (torch checks its own: betas, eps, ...) or does not know."""
+        try:
+            return self.optimizer_factory(self.parameters())
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"optimizer: {error}") from error
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        optimizer = self.optimizer_factory(self.parameters())
+        optimizer = self.build_optimizer()
         # Gauss–Newton steps need the residuals, not a scalar loss to backpropagate: the module steps it itself.
         self.automatic_optimization = not isinstance(optimizer, GaussNewton)
         if not self.automatic_optimization and self.trainer.world_size > 1:

@@ -18,8 +18,10 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate, to_absolute_path
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 DEFAULT_FLOW_RATE_WEIGHT = 0.01
 # Fractures named in the error of a flow-rate loss asked for on data without flow rates.
 _LISTED_FRACTURES = 3
+# What a constructor raises for a config value it refuses (Lightning's own refusals included), as opposed to a bug.
+_REFUSED_ARGUMENTS = (ValueError, TypeError, ImportError, MisconfigurationException)
 
 
 def run(cfg: DictConfig) -> float | None:
@@ -80,6 +84,11 @@ def _user_error(error: BaseException | None) -> BaseException | None:
         if isinstance(error, OmegaConfBaseException):
             # An override that does not resolve, e.g. seed=${nope}: the message names the key.
             return ConfigError(" ".join(str(error).split()))
+        if isinstance(error, InstantiationException) and isinstance(error.__cause__, _REFUSED_ARGUMENTS):
+            # A library's constructor refused a value (trainer.accelerator=gpu without one, a strategy's name):
+            # its own message, after the config key Hydra names.
+            key = str(error).rpartition("full_key:")[2].strip() or "config"
+            return ConfigError(f"{key}: {error.__cause__}")
         error = error.__cause__
     return None
 
@@ -143,6 +152,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         flow_rate_weight=weight,
         pressure_loss=OmegaConf.select(cfg, "loss.pressure", default="mse"),
     )
+    module.build_optimizer()  # a hyperparameter its class refuses fails here, before any output is written
 
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     logger = instantiate(cfg.logger)
