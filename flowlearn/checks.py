@@ -77,6 +77,38 @@ def check_setting(ok: bool, field: str, problem: str, value: object) -> None:
         raise SettingError(field, f"{problem}, got {value!r}")
 
 
+def check_cores(field: str, value: object) -> None:
+    """Raise :class:`SettingError` for ``field`` unless ``value`` is None (every core) or an integer in [1, the cores
+    this process may use] (:func:`~flowlearn.threads.usable_cores`).
+
+    For the threads and processes of a local computation: more of them than cores only queue for the same cores,
+    and far more crash (100,000 OpenMP threads segfaulted the LBM) or hang (as many MPI subdomains as cells)."""
+    from flowlearn.threads import usable_cores  # numba: only where a count is checked
+
+    cores = usable_cores()
+    check_setting(
+        value is None or (is_integer(value) and 1 <= value <= cores),
+        field,
+        f"must be an integer in [1, {cores}] (the cores this process may use)",
+        value,
+    )
+
+
+# The resolutions (dots per inch) a figure may be written at. At the upper bound a 9 x 3.8 inch figure renders in
+# about 2 s (49 megapixels); at 3000 dpi figures took minutes and 454 megapixels, at 100,000 matplotlib's renderer
+# ran out of memory.
+FIGURE_DPI = (10, 1200)
+
+
+def check_dpi(value: object, field: str = "dpi") -> int:
+    """``value`` if it is an integer in :data:`FIGURE_DPI`, else :class:`SettingError` for ``field``."""
+    low, high = FIGURE_DPI
+    check_setting(
+        is_integer(value) and low <= value <= high, field, f"must be an integer in [{low}, {high}]", value
+    )
+    return value
+
+
 def check_map_shape(value: object) -> tuple[int, int]:
     """The (H, W) of a 2D map setting as a tuple; :class:`SettingError` for ``shape`` unless two integers >= 2."""
     shape = tuple(value) if isinstance(value, tuple | list) else ()

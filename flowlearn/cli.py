@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from flowlearn import __version__
+from flowlearn.checks import FIGURE_DPI, check_cores, check_dpi
 from flowlearn.errors import USER_ERROR_STATUS, USER_ERRORS, SettingError
 from flowlearn.runtime import quick_exit
 
@@ -102,6 +103,10 @@ def _run_generate(args: argparse.Namespace) -> int:
         # The settings name their fields; on the command line they are options.
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
     slurm = _slurm_settings(args)
+    if slurm is None:
+        # On this machine's cores (with --slurm, the threads run on the cluster's nodes).
+        check_cores("--threads", args.threads)
+        check_cores("--processes", args.processes)
     check_writable(args.output)
     if slurm is None:
         summary = generate_dataset(config, args.output, processes=args.processes, progress=not args.quiet)
@@ -176,7 +181,11 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
         "about 17x)",
     )
     p.add_argument(
-        "--processes", type=int, default=1, help="worker processes, each with its share of the cores"
+        "--processes",
+        type=int,
+        default=1,
+        help="worker processes, each with its share of the cores: at most the cores (more than the fractures to "
+        "make are not started)",
     )
     g = p.add_argument_group("LBM")
     g.add_argument("--omega", type=float, default=s.omega, help="TRT symmetric relaxation rate")
@@ -185,7 +194,12 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--check-interval", type=int, default=s.check_interval, help="steps between checks")
     g.add_argument("--max-steps", type=int, default=s.max_steps, help="fail when not steady by then")
     g.add_argument("--target", choices=("auto", "cpu", "gpu"), default=s.target, help="where lbmpy runs")
-    g.add_argument("--threads", type=int, default=s.threads, help="OpenMP threads (default: all cores)")
+    g.add_argument(
+        "--threads",
+        type=int,
+        default=s.threads,
+        help="OpenMP threads of each process, at most the cores (default: the cores shared among the processes)",
+    )
     g.add_argument(
         "--reservoir", type=int, default=s.reservoir, help="open columns before/after the fracture"
     )
@@ -328,13 +342,28 @@ def _run_report(args: argparse.Namespace) -> int:
 def _report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="run directory, or sweep directory holding run directories")
     p.add_argument("-o", "--output", help="where to write the report (default: RUN_DIR itself)")
-    p.add_argument("--dpi", type=_positive_int, default=120, help="resolution of the figures")
+    p.add_argument(
+        "--dpi",
+        type=_dpi,
+        default=120,
+        help=f"resolution of the figures, an integer in [{FIGURE_DPI[0]}, {FIGURE_DPI[1]}]",
+    )
+
+
+def _dpi(text: str) -> int:
+    """An argparse type: a figure resolution (:func:`~flowlearn.checks.check_dpi`)."""
+    try:
+        return check_dpi(int(text))
+    except ValueError as err:  # SettingError is one
+        problem = err.problem if isinstance(err, SettingError) else f"invalid int value: {text!r}"
+        raise argparse.ArgumentTypeError(problem) from None
 
 
 def _run_predict(args: argparse.Namespace) -> int:
     from flowlearn.data.schema import check_writable
     from flowlearn.training.predict import predict
 
+    _check_new_output(args.output, args.inputs, "the inputs")
     check_writable(args.output)
     count = predict(args.run_dir, args.inputs, args.output, checkpoint=args.checkpoint)
     print(
@@ -346,14 +375,25 @@ def _run_predict(args: argparse.Namespace) -> int:
 def _predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="run directory written by `python train.py`")
     p.add_argument("inputs", nargs="+", help="HDF5 file(s) with the fractures to predict")
-    p.add_argument("-o", "--output", required=True, help="HDF5 file to write")
+    p.add_argument("-o", "--output", required=True, help="HDF5 file to write (not one of INPUTS)")
     p.add_argument("--checkpoint", help="checkpoint to load (default: RUN_DIR/checkpoints/last.ckpt)")
+
+
+def _check_new_output(output: str, inputs: Sequence[str], inputs_are: str) -> None:
+    """Raise :class:`SettingError` for ``--output`` where it is one of ``inputs`` (the same file, however named),
+    which writing the output would replace."""
+    target = Path(output).resolve()
+    if any(Path(path).resolve() == target for path in inputs):
+        raise SettingError("--output", f"{output} is one of {inputs_are}: give a new file")
 
 
 def _run_departure(args: argparse.Namespace) -> int:
     from flowlearn.data.departure import departures, range_summary, summarize
+    from flowlearn.data.schema import check_writable
     from flowlearn.errors import DataValidationError
 
+    if args.figure:
+        check_writable(args.figure)  # before the solves
     rows = departures(args.data)
     if not rows:
         raise DataValidationError(
@@ -431,6 +471,7 @@ def _run_refine(args: argparse.Namespace) -> int:
     from flowlearn.data.refinement import infer_file, refine_file
     from flowlearn.data.schema import check_writable
 
+    check_cores("--threads", args.threads)
     check_writable(args.data)
     chosen = _named_fractures(args.data, args.fracture, every=args.every)
     if not args.infer_only:
@@ -466,7 +507,11 @@ def _refine_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="without --fracture, measure fractures 0, N, 2N, ... in group order",
     )
-    p.add_argument("--threads", type=_positive_int, help="OpenMP threads of the LBM (default: every core)")
+    p.add_argument(
+        "--threads",
+        type=_positive_int,
+        help="OpenMP threads of the LBM, at most the cores (default: every core)",
+    )
     p.add_argument(
         "--infer-only",
         action="store_true",
@@ -522,7 +567,10 @@ def _smooth_walls_arguments(p: argparse.ArgumentParser) -> None:
 def _run_check(args: argparse.Namespace) -> int:
     from flowlearn.data.conservation import check_files, summary, table
 
-    checks = check_files(args.data, margin=args.margin)
+    try:
+        checks = check_files(args.data, margin=args.margin)
+    except SettingError as err:
+        raise SettingError(f"--{err.field}", err.problem) from err
     print(table(checks))
     print(summary(checks, tolerance=args.tolerance))
     return 0
@@ -536,7 +584,8 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
         "--margin",
         type=_non_negative_int,
         default=MARGIN,
-        help="columns left out at each end (the boundary layers of an LBM reference's inlet and outlet)",
+        help="columns left out at each end (the boundary layers of an LBM reference's inlet and outlet); at most "
+        "(W - 3) / 2 on maps W columns wide, which leaves 2 column pairs to compare",
     )
     p.add_argument(
         "--tolerance",
@@ -576,8 +625,13 @@ def _run_ensemble(args: argparse.Namespace) -> int:
         raise SettingError(
             "PREDICTIONS", f"must be at least {MIN_MEMBERS} files (the members), got {len(args.predictions)}"
         )
-    if any(Path(path).resolve() == Path(args.output).resolve() for path in args.predictions):
-        raise SettingError("--output", f"{args.output} is one of the members: give a new file")
+    _check_new_output(args.output, args.predictions, "the members")
+    resolved = [Path(path).resolve() for path in args.predictions]
+    for i, path in enumerate(args.predictions):
+        if resolved[i] in resolved[:i]:
+            earlier = args.predictions[resolved.index(resolved[i])]
+            also = "" if earlier == path else f" (also as {earlier})"
+            raise SettingError("PREDICTIONS", f"gives {path} twice{also}: the members must be different runs")
     check_writable(args.output)
     calibrate = None if args.calibrate == "none" else args.calibrate
     count = write_ensemble(args.predictions, args.output, args.level, calibrate)
@@ -588,7 +642,9 @@ def _run_ensemble(args: argparse.Namespace) -> int:
 
 
 def _ensemble_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("predictions", nargs="+", help="the members' predictions files (two or more)")
+    p.add_argument(
+        "predictions", nargs="+", help="the members' predictions files (two or more, all different)"
+    )
     p.add_argument("-o", "--output", required=True, help="predictions file to write")
     p.add_argument(
         "--level",
@@ -638,8 +694,15 @@ def _run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _evaluate_arguments(p: argparse.ArgumentParser) -> None:
+    from flowlearn.training.metrics import STAGES
+
     p.add_argument("predictions", help="predictions.h5 of a run, or a file written by flowlearn predict")
-    p.add_argument("--split", default="test", help="which fractures: train, val, test, or predict")
+    p.add_argument(
+        "--split",
+        choices=(*STAGES, "predict"),
+        default="test",
+        help="which fractures: those of a training run's split, or those flowlearn predict was given",
+    )
 
 
 def _run_stokes(args: argparse.Namespace) -> int:
@@ -660,6 +723,7 @@ def _run_stokes(args: argparse.Namespace) -> int:
         settings = _from_options(StokesSettings, args)
     except SettingError as err:
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
+    check_cores("--processes", settings.processes)
     if args.output is not None:
         check_writable(args.output)
     names = _named_fractures(args.data, args.fracture)
@@ -752,7 +816,11 @@ def _stokes_arguments(p: argparse.ArgumentParser) -> None:
         help="fail when not steady by then",
     )
     p.add_argument(
-        "--processes", type=int, metavar="N", default=d.processes, help="MPI processes of each solve"
+        "--processes",
+        type=int,
+        metavar="N",
+        default=d.processes,
+        help="MPI processes of each solve, at most the cores",
     )
     p.add_argument(
         "--relaxation",

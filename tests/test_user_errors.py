@@ -27,6 +27,7 @@ from test_train import ROOT
 
 from flowlearn.cli import main
 from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.threads import usable_cores
 from flowlearn.training import build
 from flowlearn.training.config import hydra_errors_as_one_line
 from flowlearn.training.train import run
@@ -267,6 +268,10 @@ CONFIG_ROWS = [
     ("trainer.max_epochs=0", "trainer.max_epochs must be a positive integer, got 0"),
     ("trainer.max_epochs=2.5", "trainer.max_epochs must be a positive integer, got 2.5"),
     ("trainer.devices=0", "trainer.devices must be a positive integer or auto, got 0"),
+    (
+        "trainer=ddp trainer.devices=4096",
+        "trainer.devices=4096 starts 4096 training processes on the CPU, more than the",
+    ),
     # Lightning's mixed and 16-bit precisions would silently leave the float64 model as it is.
     (
         "trainer.precision=bf16-mixed",
@@ -522,19 +527,26 @@ def test_a_network_beyond_the_memory_names_the_largest_kernel_that_fits(tmp_path
 
 # f3 is a training fracture of _big_dataset, f1 a test fracture, solved only after training: the data's fault all
 # the same, not the training's.
-@pytest.mark.parametrize("fracture", ["f3", "f1"])
-def test_apertures_whose_conductivities_are_beyond_float64(tmp_path, capsys, monkeypatch, fracture):
-    # The cubic law's conductivity of an aperture of 1e-300 m is e^-2074.
+# The cubic law's conductivity Ap^3/12 of an aperture of 1e-300 m is e^-2074.81, of 1e300 m e^2069.84. A numpy
+# warning (an overflow on the way) would print lines of its own before the error's.
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize(
+    "fracture, aperture, log_k",
+    [("f3", 1e-300, "-2074.81"), ("f1", 1e-300, "-2074.81"), ("f3", 1e300, "2069.84")],
+)
+def test_apertures_whose_conductivities_are_beyond_float64(
+    tmp_path, capsys, monkeypatch, fracture, aperture, log_k
+):
     path = _big_dataset(tmp_path / "big.h5")
     with h5py.File(path, "r+") as f:
-        f[fracture]["aperture"][...] = 1e-300
+        f[fracture]["aperture"][...] = aperture
     status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={path}", "~callbacks.figures"])
     _one_line(
         status,
         err,
         # The law's tensor (log K along x) or a baseline's scalar (log K), whichever meets it first.
         f"error: fracture big/{fracture}: log K",
-        "is -2074.81 at pixel (0, 0) of batch item 0, outside [",
+        f"is {log_k} at pixel (0, 0) of batch item 0, outside [",
     )
 
 
@@ -549,6 +561,10 @@ def _flowlearn(capsys, *argv: str) -> tuple[int, str]:
         status = exit.code
     return status, capsys.readouterr().err
 
+
+# Thread and process counts are bounded by the cores; one more is refused, before anything runs.
+CORES = usable_cores()
+TOO_MANY = str(CORES + 1)
 
 GENERATE_ROWS = [
     (["--count", "-1"], "--count must be an integer >= 1, got -1"),
@@ -615,6 +631,15 @@ GENERATE_ROWS = [
     (["--check-interval", "0"], "--check-interval must be an integer >= 1, got 0"),
     (["--max-steps", "50"], "--max-steps must be an integer >= check_interval (100), got 50"),
     (["--threads", "0"], "--threads must be an integer >= 1"),
+    (
+        ["--count", "1", "--threads", TOO_MANY],
+        f"--threads must be an integer in [1, {CORES}] (the cores this process may use), got {TOO_MANY}",
+    ),
+    (
+        ["--count", "1", "--processes", TOO_MANY],
+        f"--processes must be an integer in [1, {CORES}] (the cores this process may use), got {TOO_MANY}",
+    ),
+    (["--mean-aperture=-inf"], "--mean-aperture must be > 0, got -inf"),
     (["--reservoir", "-1"], "--reservoir must be an integer >= 0, got -1"),
     (["--target", "tpu"], "argument --target: invalid choice: 'tpu'"),
     pytest.param(
@@ -630,7 +655,20 @@ GENERATE_ROWS = [
 def test_generate_mistakes_stop_before_any_simulation(tmp_path, capsys, options, message):
     status, err = _flowlearn(capsys, "generate", str(tmp_path / "out.h5"), "--quiet", *options)
     _one_line(status, err, message)
-    assert not (tmp_path / "out.h5").exists()
+    assert os.listdir(tmp_path) == []  # no output, no parts folder
+
+
+def test_generate_starts_no_more_processes_than_fractures(tmp_path, monkeypatch):
+    # --processes 2 for one fracture: one process makes it, and no pool of idle workers is started.
+    from flowlearn.data import generate
+
+    monkeypatch.setattr(
+        generate, "_make", lambda config, index, lbm: _fracture(generate.fracture_name(index))
+    )
+    monkeypatch.setattr(generate, "ProcessPoolExecutor", None)  # a pool would fail
+    output = tmp_path / "out.h5"
+    generate.make_parts(generate.DatasetConfig(count=1), output, [0], processes=2, progress=False)
+    assert generate.part_path(generate.parts_folder(output), 0).is_file()
 
 
 def test_generate_without_a_compiler_says_which_to_install(tmp_path, capsys, monkeypatch):
@@ -778,11 +816,15 @@ COMMAND_ROWS = [
     (["convert", "{corrupt}", "{tmp}/out.h5"], "{corrupt}"),
     (["convert", "{nan}", "{tmp}/out.h5"], "field 'pressure'"),
     (["convert", "{good}", "{folder}"], "{folder}: is a directory"),
+    (["convert", "{folder}", "{tmp}/out.h5"], "{folder}: a directory, not an HDF5 fracture file"),
     (["convert", "{good}", "{good}/out.h5"], "{good}/out.h5: cannot write here"),
     (["convert", "{good}", "{tmp}/out.h5", "--layout", "matlab"], "argument --layout: invalid choice"),
     (["convert", "{good}"], "the following arguments are required: dst"),
-    (["report", "{run}", "--dpi", "0"], "argument --dpi: must be a positive integer, got 0"),
-    (["report", "{run}", "--dpi", "-10"], "argument --dpi: must be a positive integer"),
+    (["report", "{run}", "--dpi", "0"], "argument --dpi: must be an integer in [10, 1200], got 0"),
+    (["report", "{run}", "--dpi", "-10"], "argument --dpi: must be an integer in [10, 1200], got -10"),
+    # Refused before the run is read: at 100000 dpi matplotlib's renderer ran out of memory, after figures/ was made.
+    (["report", "{run}", "--dpi", "1201"], "argument --dpi: must be an integer in [10, 1200], got 1201"),
+    (["report", "{run}", "--dpi", "100000"], "argument --dpi: must be an integer in [10, 1200], got 100000"),
     (["report", "{run}", "--dpi", "abc"], "argument --dpi: invalid int value: 'abc'"),
     (["report", "{tmp}/nowhere"], "{tmp}/nowhere: no such directory"),
     (["report", "{run}"], "{run}/metrics.csv: no logged epochs"),
@@ -794,6 +836,10 @@ COMMAND_ROWS = [
         "{narrow}: group 'f0': field 'aperture': shape (1, 2)",
     ),
     (["predict", "{run}", "{good}", "-o", "{folder}"], "{folder}: is a directory"),
+    (
+        ["predict", "{run}", "{nan}", "{good}", "-o", "{good}"],
+        "--output {good} is one of the inputs: give a new file",
+    ),
     (
         ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{folder}"],
         "{folder}: is a directory",
@@ -814,14 +860,25 @@ COMMAND_ROWS = [
     (["predict", "{run}", "{good}"], "the following arguments are required: -o/--output"),
     (["evaluate", "{good}"], "{good}: group 'f0' has no predictions (attributes split, law, correction_name"),
     (["evaluate", "{text}"], "{text}: not an HDF5 file"),
+    (
+        ["evaluate", "{good}", "--split", "foo"],
+        "argument --split: invalid choice: 'foo' (choose from 'train', 'val', 'test', 'predict')",
+    ),
     (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
     (["check"], "the following arguments are required: data"),
     (["check", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
     (["check", "{text}"], "{text}: not an HDF5 file"),
+    (["check", "{folder}"], "{folder}: a directory, not an HDF5 fracture file"),
     (["check", "{nan}"], "{nan}: group 'f2': field 'pressure': 1 non-finite"),
     (["check", "{narrow}"], "{narrow}: group 'f0': field 'aperture': shape (1, 2)"),
     (["check", "{good}", "--margin", "-1"], "argument --margin: must be an integer >= 0, got -1"),
     (["check", "{good}", "--margin", "two"], "argument --margin: invalid int value: 'two'"),
+    # The good file's maps are 8 columns wide: a margin of 3 leaves one column pair, nothing to check.
+    (
+        ["check", "{good}", "--margin", "3"],
+        "--margin must be at most 2 on these maps (the widest has 8 columns, and 2 column pairs must remain "
+        "between the margins), got 3",
+    ),
     (["check", "{good}", "--tolerance", "0"], "argument --tolerance: must be a number > 0, got 0"),
     (["check", "{good}", "--tolerance", "nan"], "argument --tolerance: must be a number > 0, got nan"),
     (["ensemble", "{good}", "-o", "{tmp}/e.h5"], "PREDICTIONS must be at least 2 files (the members), got 1"),
@@ -830,7 +887,15 @@ COMMAND_ROWS = [
         "--output {good} is one of the members: give a new file",
     ),
     (["ensemble", "{tmp}/missing.h5", "{good}", "-o", "{tmp}/e.h5"], "no predictions file {tmp}/missing.h5"),
-    (["ensemble", "{good}", "{good}", "-o", "{tmp}/e.h5"], "{good}: group 'f0' has no predictions"),
+    (["ensemble", "{good}", "{nan}", "-o", "{tmp}/e.h5"], "{good}: group 'f0' has no predictions"),
+    (
+        ["ensemble", "{good}", "{good}", "-o", "{tmp}/e.h5"],
+        "PREDICTIONS gives {good} twice: the members must be different runs",
+    ),
+    (
+        ["ensemble", "{good}", "{nan}", "{folder}/../good.h5", "-o", "{tmp}/e.h5"],
+        "PREDICTIONS gives {folder}/../good.h5 twice (also as {good}): the members must be different runs",
+    ),
     (
         ["ensemble", "{good}", "{good}", "-o", "{tmp}/e.h5", "--level", "1"],
         "--level: must be a number in (0, 1)",
@@ -844,6 +909,11 @@ COMMAND_ROWS = [
         ["ensemble", "{good}", "{good}", "-o", "{tmp}/e.h5", "--calibrate", "x"],
         "--calibrate: invalid choice: 'x'",
     ),
+    # Checked before the LCL solves (the good file stores no flow rate, which they would find next).
+    (
+        ["departure", "{good}", "--figure", "{good}/x.png"],
+        "{good}/x.png: cannot write here: {good} is not a directory",
+    ),
     (["stokes"], "the following arguments are required: data"),
     (["stokes", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
     (
@@ -855,6 +925,10 @@ COMMAND_ROWS = [
     (["stokes", "{good}", "--tolerance", "1"], "--tolerance must be in (0, 1), got 1"),
     (["stokes", "{good}", "--max-iterations", "0"], "--max-iterations must be an integer >= 1, got 0"),
     (["stokes", "{good}", "--processes", "0"], "--processes must be an integer >= 1, got 0"),
+    (
+        ["stokes", "{good}", "--processes", TOO_MANY],
+        f"--processes must be an integer in [1, {CORES}] (the cores this process may use), got {TOO_MANY}",
+    ),
     (["stokes", "{good}", "--relaxation", "0"], "--relaxation must be in (0, 1], got 0.0"),
     (["stokes", "{good}", "--relaxation", "1.5"], "--relaxation must be in (0, 1], got 1.5"),
     (["stokes", "{good}", "--voxel-size", "0"], "argument --voxel-size: must be a number > 0, got 0"),
@@ -877,6 +951,11 @@ COMMAND_ROWS = [
         "{walled}, f2: the wall-fitted Stokes mesh of this 6x8-voxel map at 1 cells per voxel may need",
     ),
     (["stokes", "{good}", "--case-dir", "{cases}"], "{cases}/f0: exists already; give a new folder"),
+    # Checked with the rest, before the first solve (the case folder had failed to be made after it began).
+    (
+        ["stokes", "{good}", "--case-dir", "{good}/cases"],
+        "{good}/cases/f0: cannot write here: {good} is not a directory",
+    ),
     (["stokes", "{good}", "--output", "{folder}"], "{folder}: is a directory; give a file name to write"),
     (["refine"], "the following arguments are required: data"),
     (["refine", "{tmp}/missing.h5"], "{tmp}/missing.h5: no such file"),
@@ -887,6 +966,10 @@ COMMAND_ROWS = [
     ),
     (["refine", "{good}", "--every", "0"], "argument --every: must be a positive integer, got 0"),
     (["refine", "{good}", "--threads", "0"], "argument --threads: must be a positive integer, got 0"),
+    (
+        ["refine", "{good}", "--threads", TOO_MANY],
+        f"--threads must be an integer in [1, {CORES}] (the cores this process may use), got {TOO_MANY}",
+    ),
     (["refine", "{good}"], "{good}, f0: stores no walls, so its geometry on a finer grid is unknown"),
     (["refine", "{original}"], "{original}: is in the original layout, which keeps no provenance"),
     (
@@ -935,6 +1018,14 @@ def test_command_mistakes(files, fake_run, tmp_path, capsys, argv, message):
     names = {name: str(path) for name, path in files.items()} | {"tmp": str(tmp_path), "run": str(fake_run)}
     status, err = _flowlearn(capsys, *(a.format(**names) for a in argv))
     _one_line(status, err, message.format(**names))
+
+
+def test_a_figure_dpi_out_of_range_in_the_config(files, tmp_path, capsys, monkeypatch):
+    # The figure callback takes the same range as flowlearn report --dpi, refused before training.
+    overrides = [f"data.path={files['good']}", "+callbacks.figures.dpi=100000"]
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, overrides)
+    _one_line(status, err, "callbacks.figures: dpi must be an integer in [10, 1200], got 100000")
+    assert not (tmp_path / "run" / "figures").exists()
 
 
 @pytest.fixture(scope="module")
@@ -990,6 +1081,19 @@ def test_predicting_with_a_checkpoint_of_another_model(files, trained_runs, tmp_
     status, err = _flowlearn(capsys, *argv, "--checkpoint", str(checkpoint))
     trained, asked = f"law=lcl and {CNN_LCL}", "law=mlcl and model=unet (channels=2, levels=1"
     _one_line(status, err, f"{checkpoint} was trained with {trained}, and this run has {asked}")
+    assert not (tmp_path / "p.h5").exists()
+
+
+def test_predicting_on_volumes_with_a_run_of_maps(files, trained_runs, tmp_path, capsys):
+    volumes = tmp_path / "volumes.h5"
+    shape = (3, 6, 8)
+    pressure = np.broadcast_to(2 - np.arange(shape[2]) / (shape[2] - 1), shape)
+    write_fractures(volumes, [Fracture("v0", np.full(shape, 1e-4), pressure.copy(), voxel_size=1e-5)])
+    argv = ["predict", str(trained_runs["cnn"]), str(volumes), "-o", str(tmp_path / "p.h5")]
+    status, err = _flowlearn(capsys, *argv)
+    _one_line(
+        status, err, f"{volumes}: group 'v0': the run's {CNN_LCL} takes maps (H, W), got shape (3, 6, 8)"
+    )
     assert not (tmp_path / "p.h5").exists()
 
 

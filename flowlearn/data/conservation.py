@@ -31,6 +31,7 @@ from scipy.optimize import minimize_scalar
 from flowlearn.darcy.flux import column_flow_rates
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.data.schema import Fracture, read_fractures
+from flowlearn.errors import SettingError
 
 MARGIN = 2  # columns left out at each end
 TOLERANCE = 0.01  # the variation below which a law counts as reproducing a reference
@@ -96,6 +97,22 @@ def best_power_law(
     return exponent, variation(exponent)
 
 
+def largest_margin(width: int) -> int:
+    """The largest margin that leaves 2 column pairs to compare between the margins of a map ``width`` columns
+    wide (-1 where no margin does)."""
+    return (width - 3) // 2
+
+
+def _uncheckable(fracture: Fracture) -> str:
+    """Why :func:`check_fracture` cannot check ``fracture``, margins aside; empty where it can (a 2D map with flow
+    along x and a reference pressure)."""
+    if fracture.pressure is None:
+        return "no reference pressure"
+    if fracture.aperture.ndim != 2 or fracture.flow_axis != "x":
+        return "only 2D maps with flow along x are checked"
+    return ""
+
+
 def check_fracture(fracture: Fracture, name: str, margin: int = MARGIN) -> ColumnFluxCheck:
     """The :class:`ColumnFluxCheck` of ``fracture``, reported under ``name``.
 
@@ -104,11 +121,10 @@ def check_fracture(fracture: Fracture, name: str, margin: int = MARGIN) -> Colum
     the margins are skipped, saying why.
     """
     shape = fracture.shape
-    if fracture.pressure is None:
-        return ColumnFluxCheck(name, shape, skipped="no reference pressure")
-    if fracture.aperture.ndim != 2 or fracture.flow_axis != "x":
-        return ColumnFluxCheck(name, shape, skipped="only 2D maps with flow along x are checked")
-    if shape[-1] - 1 - 2 * margin < 2:
+    reason = _uncheckable(fracture)
+    if reason:
+        return ColumnFluxCheck(name, shape, skipped=reason)
+    if margin > largest_margin(shape[-1]):
         return ColumnFluxCheck(
             name, shape, skipped=f"fewer than 2 column pairs inside the margins of {margin}"
         )
@@ -128,12 +144,26 @@ def check_fracture(fracture: Fracture, name: str, margin: int = MARGIN) -> Colum
 
 
 def check_files(paths: Sequence[str | os.PathLike], margin: int = MARGIN) -> list[ColumnFluxCheck]:
-    """:func:`check_fracture` of every fracture of ``paths`` (either layout), in file and then group order."""
-    return [
-        check_fracture(fracture, f"{Path(path).stem}/{fracture.name}", margin)
-        for path in paths
-        for fracture in read_fractures(path)
-    ]
+    """:func:`check_fracture` of every fracture of ``paths`` (either layout), in file and then group order.
+
+    Raises:
+        SettingError: for ``margin``, when it is too wide for every map that could be checked (so that nothing
+            would be), naming the largest margin that checks the widest of them.
+    """
+    checks, widths = [], []
+    for path in paths:
+        for fracture in read_fractures(path):  # one at a time: a large file's fractures are not all held
+            if not _uncheckable(fracture):
+                widths.append(fracture.shape[-1])
+            checks.append(check_fracture(fracture, f"{Path(path).stem}/{fracture.name}", margin))
+    # Where the margin leaves no map any column pair, every check above was skipped at once: nothing was computed.
+    if widths and margin > largest_margin(max(widths)):
+        raise SettingError(
+            "margin",
+            f"must be at most {largest_margin(max(widths))} on these maps (the widest has {max(widths)} columns, "
+            f"and 2 column pairs must remain between the margins), got {margin}",
+        )
+    return checks
 
 
 def _percent(fraction: float) -> str:

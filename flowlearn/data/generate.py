@@ -223,8 +223,10 @@ def make_parts(
     progress: bool = True,
 ) -> None:
     """Make fractures ``indices`` of ``config`` with ``processes`` worker processes, each written to its part file
-    (atomically) as soon as it is done, so that a killed run loses at most the fractures in flight."""
+    (atomically) as soon as it is done, so that a killed run loses at most the fractures in flight. No more
+    processes are started than there are fractures to make."""
     check_setting(is_integer(processes) and processes >= 1, "processes", "must be an integer >= 1", processes)
+    processes = max(1, min(processes, len(indices)))
     parts = parts_folder(path)
     # The cores are shared between processes, unless the user gave each a thread count.
     threads = config.lbm.threads or max(1, (os.cpu_count() or 1) // processes)

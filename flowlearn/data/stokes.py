@@ -49,7 +49,7 @@ from scipy import ndimage
 from tqdm.auto import tqdm
 
 from flowlearn.checks import available_memory, check_setting, is_integer, is_number
-from flowlearn.data.schema import Fracture
+from flowlearn.data.schema import Fracture, check_writable
 from flowlearn.data.voxels import (
     GapPressure,
     ReferenceFlow,
@@ -259,15 +259,17 @@ def check_walls(
 
 
 def check_case_dir(case_dir: str | os.PathLike) -> None:
-    """Refuse to write a case into an existing folder, whose files OpenFOAM would mix with the new case's.
+    """Refuse to write a case into an existing folder, whose files OpenFOAM would mix with the new case's, or into
+    a folder that cannot be created (below a file, or in a place this process may not write).
 
     Raises:
-        OutputError: naming the folder.
+        OutputError: naming the folder, and why.
     """
     if Path(case_dir).exists():
         raise OutputError(
             f"{case_dir}: exists already; give a new folder for the OpenFOAM case, or remove it"
         )
+    check_writable(case_dir)
 
 
 def solve(

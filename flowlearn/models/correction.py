@@ -45,12 +45,14 @@ class PixelCorrection(nn.Module):
         self.shape = tuple(shape)
         self.raw = nn.Parameter(torch.full(self.shape, float(initial), dtype=torch.float64))
 
+    def check_shape(self, shape: tuple[int, ...]) -> None:
+        """ValueError unless a map of ``shape`` (H, W) or (D, H, W) is one this model can correct."""
+        if tuple(shape) != self.shape:
+            raise ValueError(f"model=pixel was built for fractures of shape {self.shape}, got {tuple(shape)}")
+
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """Raw correction (B, *shape) float64 for inputs (B, C, *shape); the same field for every item."""
-        if tuple(inputs.shape[2:]) != self.shape:
-            raise ValueError(
-                f"model=pixel was built for fractures of shape {self.shape}, got {tuple(inputs.shape[2:])}"
-            )
+        self.check_shape(inputs.shape[2:])
         return self.raw.to(torch.float64).expand(inputs.shape[0], *self.shape)
 
     @property
@@ -78,6 +80,7 @@ class _Network(nn.Module):
     parallel plates (module docstring)."""
 
     inputs: tuple[str, ...]
+    dim: int  # 2 for maps, 3 for volumes
     initial: float
     exact_on_plates: bool
     config_name: str  # the model's name in configs/model
@@ -92,6 +95,12 @@ class _Network(nn.Module):
             f"exact_on_plates={str(self.exact_on_plates).lower()}",
         ]
         return f"model={self.config_name} ({', '.join(values)})"
+
+    def check_shape(self, shape: tuple[int, ...]) -> None:
+        """ValueError unless a map of ``shape`` (H, W) or (D, H, W) is one this model can correct."""
+        if len(shape) != self.dim:
+            kind = "maps (H, W)" if self.dim == 2 else "volumes (D, H, W)"
+            raise ValueError(f"{self.description} takes {kind}, got shape {tuple(shape)}")
 
     def _output(self, inputs: torch.Tensor) -> torch.Tensor:
         """g (B, *shape) from the input channels (B, C, *shape), both in the dtype of the weights."""
@@ -149,7 +158,7 @@ class CNNCorrection(_Network):
         if kernel_size % 2 == 0 or kernel_size < 1:
             raise ValueError(f"kernel_size must be odd and positive, got {kernel_size}")
         self.inputs = check_input_names(inputs)
-        self.channels, self.depth, self.kernel_size = channels, depth, kernel_size
+        self.channels, self.depth, self.kernel_size, self.dim = channels, depth, kernel_size, dim
         layers: list[nn.Module] = []
         width = channel_count(self.inputs, dim)
         for _ in range(depth):

@@ -27,6 +27,7 @@ import lightning as L
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from matplotlib.figure import Figure
 
+from flowlearn.checks import check_dpi
 from flowlearn.reporting.figures import (
     HELD_OUT,
     SHOWCASE_SPLITS,
@@ -49,7 +50,7 @@ class FigureCallback(L.Callback):
         max_overhead: largest ratio of the periodic renders' time to the training time (0.05 = 5%; 0 renders only
             before and after training).
         gallery_size: held-out fractures in the final gallery.
-        dpi: resolution of the PNG files.
+        dpi: resolution of the PNG files, an integer in :data:`~flowlearn.checks.FIGURE_DPI`.
         dirname: folder under the run directory (the trainer's ``default_root_dir``).
     """
 
@@ -65,6 +66,7 @@ class FigureCallback(L.Callback):
             raise ValueError(f"every_n_epochs must be >= 0, got {every_n_epochs}")
         if not max_overhead >= 0:
             raise ValueError(f"max_overhead must be >= 0, got {max_overhead}")
+        check_dpi(dpi)
         self.every_n_epochs = every_n_epochs
         self.max_overhead = max_overhead
         self.gallery_size = gallery_size

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from flowlearn.checks import is_integer, is_number
 from flowlearn.data.inputs import check_input_names
 from flowlearn.errors import ConfigError, UserErrorExit
+from flowlearn.threads import usable_cores
 from flowlearn.training.metrics import PRESSURE_LOSSES, monitorable_columns
 
 
@@ -312,6 +313,13 @@ def validate_config(cfg: DictConfig) -> None:
         devices is None or devices == "auto" or (is_integer(devices) and devices >= 1),
         f"trainer.devices must be a positive integer or auto, got {devices!r}",
     )
+    if OmegaConf.select(cfg, "trainer.accelerator") == "cpu" and is_integer(devices):
+        # Each CPU device is a process of its own: more than the cores share them, and each step waits on all.
+        _check(
+            devices <= usable_cores(),
+            f"trainer.devices={devices} starts {devices} training processes on the CPU, more than the "
+            f"{usable_cores()} cores this machine has: use at most {usable_cores()}",
+        )
     # logger
     _positive(cfg, "logger.flush_logs_every_n_steps", integer=True)
     # callbacks

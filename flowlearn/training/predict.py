@@ -11,6 +11,7 @@ from flowlearn.data.inclination import SMOOTHING, missing_geometry
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, out_of_range
+from flowlearn.errors import DataValidationError
 from flowlearn.training.build import load_run
 from flowlearn.training.predictions import write_predictions
 
@@ -44,6 +45,11 @@ def predict(
         validate_file(path)
     refs = find_fractures(paths)
     module, cfg = load_run(run_dir, checkpoint)
+    for ref in refs:
+        try:
+            module.correction.check_shape(ref.shape)
+        except ValueError as error:
+            raise DataValidationError(f"{ref.path}: group '{ref.name}': the run's {error}") from None
     needs, needed_by = module.correction.inputs, f"the model of {run_dir} reads"
     require_inputs(paths, needs, needed_by)
     for what, lacking in missing_geometry(paths, module.law.uses_walls, module.law.uses_slope).items():
