@@ -1084,6 +1084,27 @@ def test_predicting_with_a_checkpoint_of_another_model(files, trained_runs, tmp_
     assert not (tmp_path / "p.h5").exists()
 
 
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda text: "model: [unclosed\n", "not a readable run config (while parsing a flow sequence"),
+        (lambda text: "seed: 0\n", "not a run's config: it names no law or model"),
+        (
+            lambda text: text.replace("flowlearn.models.CNNCorrection", "flowlearn.models.ResNetCorrection"),
+            "the run's model (flowlearn.models.ResNetCorrection) does not exist in this flowlearn",
+        ),
+    ],
+)
+def test_predicting_with_a_damaged_run_config(files, trained_runs, tmp_path, capsys, edit, message):
+    run = tmp_path / "run"
+    shutil.copytree(trained_runs["cnn"], run)
+    config = run / ".hydra" / "config.yaml"
+    config.write_text(edit(config.read_text()))
+    status, err = _flowlearn(capsys, "predict", str(run), str(files["good"]), "-o", str(tmp_path / "p.h5"))
+    _one_line(status, err, f"{config}: {message}")
+    assert not (tmp_path / "p.h5").exists()
+
+
 def test_predicting_on_volumes_with_a_run_of_maps(files, trained_runs, tmp_path, capsys):
     volumes = tmp_path / "volumes.h5"
     shape = (3, 6, 8)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import bisect
+import importlib
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
 from flowlearn.checks import available_memory, is_integer
@@ -173,6 +176,19 @@ def training_bytes(
     return round(state + activations + UNFOLDED_COPIES * unfolded)
 
 
+def _run_config(config_path: Path) -> DictConfig:
+    """A run's saved config; :class:`RunDirectoryError` where it is not YAML or lacks the law or the model."""
+    try:
+        cfg = OmegaConf.load(config_path)
+    except (yaml.YAMLError, UnicodeDecodeError, OmegaConfBaseException) as error:
+        reason = " ".join(str(error).split())
+        raise RunDirectoryError(f"{config_path}: not a readable run config ({reason})") from None
+    missing = [key for key in ("law", "model") if OmegaConf.select(cfg, f"{key}._target_") is None]
+    if missing:
+        raise RunDirectoryError(f"{config_path}: not a run's config: it names no {' or '.join(missing)}")
+    return cfg
+
+
 def load_run(
     run_dir: str | Path, checkpoint: str | Path | None = None
 ) -> tuple[FractureFlowModule, DictConfig]:
@@ -194,7 +210,7 @@ def load_run(
         if not needed.exists():
             raise FileNotFoundError(f"{run_dir}: {what} is missing ({needed} does not exist)")
     saved = read_checkpoint(checkpoint, option=None, weights_only=True)
-    cfg = OmegaConf.load(config_path)
+    cfg = _run_config(config_path)
     try:
         law = instantiate(cfg.law)
     except InstantiationException as error:
@@ -206,7 +222,17 @@ def load_run(
     state, record = saved["state_dict"], saved.get(TRAINING_DATA, {})
     # A run trained before the power-law baseline existed carries no exponent: that baseline stays absent.
     state.setdefault("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
-    if get_class(cfg.model._target_) is PixelCorrection:
+    # Looked up here rather than by hydra's get_class, which logs lines of its own before it raises.
+    module_name, _, class_name = str(cfg.model._target_).rpartition(".")
+    try:
+        model_class = getattr(importlib.import_module(module_name), class_name, None)
+    except (ImportError, ValueError):  # ValueError: an empty module name
+        model_class = None
+    if model_class is None:
+        raise RunDirectoryError(
+            f"{config_path}: the run's model ({cfg.model._target_}) does not exist in this flowlearn"
+        )
+    if model_class is PixelCorrection:
         shape = tuple(state["correction.raw"].shape)
         correction = instantiate(cfg.model, shape=shape, initial=law.initial_raw)
     else:
