@@ -158,11 +158,24 @@ def test_rows_that_do_not_fit_on_the_disk_leave_metrics_csv_as_it_was(tmp_path):
         assert path.read_bytes() == before
 
 
-def test_a_run_without_validation_keeps_the_epoch_of_the_lowest_training_loss(dataset, tmp_path):
-    result = run_train(*overrides(dataset, "data.fractions=[1,0,0]"), run_dir=tmp_path)
+@pytest.mark.parametrize(
+    "override, why",
+    [
+        ("data.fractions=[1,0,0]", "no validation fractures (data.fractions=[1, 0, 0])"),
+        ("+trainer.limit_val_batches=0", "trainer.limit_val_batches=0"),
+        (
+            "trainer.check_val_every_n_epoch=1000",
+            f"trainer.check_val_every_n_epoch=1000 is more than trainer.max_epochs={EPOCHS}",
+        ),
+    ],
+)
+def test_a_run_without_validation_keeps_the_epoch_of_the_lowest_training_loss(
+    dataset, tmp_path, override, why
+):
+    result = run_train(*overrides(dataset, override), run_dir=tmp_path)
     assert (
-        "no validation fractures (data.fractions=[1, 0, 0]): the best checkpoint keeps the epoch of the lowest "
-        "training loss (train/loss) instead of the lowest val/mse"
+        f"{why}: the best checkpoint keeps the epoch of the lowest training loss (train/loss) instead of the lowest "
+        "val/mse"
     ) in result.stdout
     # Lightning's warnings of a monitor never logged and of an empty validation loader, every epoch, are gone.
     assert "could not find the monitored key" not in result.stderr and "DataLoader" not in result.stderr

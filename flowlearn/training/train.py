@@ -12,7 +12,6 @@ Outputs, in the run directory (Hydra's output directory):
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 
 import lightning as L
@@ -64,14 +63,29 @@ def run(cfg: DictConfig) -> float | None:
     return metrics.get("val/mse")
 
 
-def _monitor_training_loss(callbacks: list[L.Callback], fractions: Sequence[float]) -> None:
-    """Point the checkpoints that monitor a validation metric at the training loss, saying so in one line: without
-    validation fractures they would write no best checkpoint, with a warning from Lightning at every epoch."""
+def _no_validation(cfg: DictConfig, fractures: int) -> str:
+    """Why the run validates at no epoch (empty where it does), from its config and its ``fractures`` of the
+    validation split."""
+    if not fractures:
+        return f"no validation fractures (data.fractions={list(cfg.data.fractions)})"
+    if OmegaConf.select(cfg, "trainer.limit_val_batches") == 0:
+        return "trainer.limit_val_batches=0"
+    every, epochs = (
+        OmegaConf.select(cfg, f"trainer.{key}") for key in ("check_val_every_n_epoch", "max_epochs")
+    )
+    if every is not None and epochs is not None and every > epochs:
+        return f"trainer.check_val_every_n_epoch={every} is more than trainer.max_epochs={epochs}"
+    return ""
+
+
+def _monitor_training_loss(callbacks: list[L.Callback], why: str) -> None:
+    """Point the checkpoints that monitor a validation metric at the training loss, saying ``why`` in one line:
+    without validation they would write no best checkpoint, with a warning from Lightning at every epoch."""
     for callback in callbacks:
         if isinstance(callback, ModelCheckpoint) and callback.monitor and callback.monitor.startswith("val/"):
             log.info(
-                f"no validation fractures (data.fractions={list(fractions)}): the best checkpoint keeps the epoch "
-                f"of the lowest training loss ({LOSS}) instead of the lowest {callback.monitor}"
+                f"{why}: the best checkpoint keeps the epoch of the lowest training loss ({LOSS}) instead of the "
+                f"lowest {callback.monitor}"
             )
             callback.monitor = LOSS
 
@@ -156,11 +170,11 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
 
     callbacks = [instantiate(c) for c in cfg.callbacks.values()]
     logger = instantiate(cfg.logger)
-    no_validation = not datamodule.splits["val"].refs
+    no_validation = _no_validation(cfg, len(datamodule.splits["val"].refs))
     if no_validation:
-        _monitor_training_loss(callbacks, cfg.data.fractions)
+        _monitor_training_loss(callbacks, no_validation)
     # Without validation fractures, no validation loop (Lightning would warn of its empty loader every epoch).
-    options = {"limit_val_batches": 0} if no_validation else {}
+    options = {"limit_val_batches": 0} if not datamodule.splits["val"].refs else {}
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **options)
     ckpt_path = to_absolute_path(cfg.ckpt_path) if cfg.ckpt_path else None
     # An unwritable output folder, a broken ckpt_path or one of another law or model fails here, before any training.
