@@ -114,6 +114,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "inlet_text": lambda g: g.attrs.__setitem__("inlet_pressure", "two"),
         "inlet_nan": lambda g: g.attrs.__setitem__("inlet_pressure", np.nan),
         "flow_rate_text": lambda g: g.attrs.__setitem__("flow_rate", "big"),
+        # An interior pressure in another unit than the inlet and outlet's.
+        "wild_pressure": lambda g: g["pressure"].__setitem__((3, 4), 1e6),
         "provenance_text": lambda g: g.attrs.__setitem__("provenance", "{not json"),
         "provenance_list": lambda g: g.attrs.__setitem__("provenance", "[1, 2]"),
         # One pixel across the flow: no slope between pixels.
@@ -394,6 +396,11 @@ FILE_ROWS = [
     (
         "data.path={flow_rate_text}",
         "{flow_rate_text}: group 'f2': attribute 'flow_rate' is 'big'; expected one",
+    ),
+    (
+        "data.path={wild_pressure}",
+        "{wild_pressure}: group 'f2': field 'pressure': 1 active pixel(s) lie outside the range [1, 2] of the outlet "
+        "and inlet pressures by more than 0.25 x |inlet - outlet|; the first is (3, 4): 1e+06",
     ),
     (
         "data.path={provenance_text}",
