@@ -206,7 +206,7 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
         if fault:
             raise DataValidationError(f"{_where(path, g, fname)}: {fault}")
     if (ap < 0).any():
-        first = tuple(int(i) for i in np.argwhere(ap < 0)[0])
+        first = _first_pixel(ap < 0)
         raise DataValidationError(
             f"{_where(path, g, 'aperture')}: {int((ap < 0).sum())} negative apertures "
             f"(min {float(ap.min()):.6g}), first at {first}"
@@ -235,6 +235,11 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
         _check_boundaries(fracture, path)
 
 
+def _first_pixel(mask: np.ndarray) -> tuple[int, ...]:
+    """The index of the first True pixel of ``mask`` (which has one), in C order."""
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
 def _check_walls(fracture: Fracture, path: str | os.PathLike) -> None:
     """The walls lie the right way round (the top one above the bottom one on average), and the aperture is their
     separation to within :data:`WALL_TOLERANCE_VOXELS` voxels (or :data:`WALL_TOLERANCE_RELATIVE` of the mean
@@ -255,7 +260,7 @@ def _check_walls(fracture: Fracture, path: str | os.PathLike) -> None:
         rule = f"{WALL_TOLERANCE_RELATIVE:g} of the mean separation (the voxel size is unknown)"
     off = np.abs(np.asarray(fracture.aperture, np.float64) - separation) > tolerance * (1 + 1e-9)
     if off.any():
-        first = tuple(int(i) for i in np.argwhere(off)[0])
+        first = _first_pixel(off)
         raise DataValidationError(
             f"{_where(path, g, 'aperture')}: {int(off.sum())} pixel(s) differ from the walls' separation "
             f"max(top - bottom, 0) by more than {rule}; the first is {first}: aperture "
@@ -291,7 +296,7 @@ def _check_boundaries(fracture: Fracture, path: str | os.PathLike) -> None:
     margin = PRESSURE_RANGE_TOLERANCE * drop
     outside = active & ((fracture.pressure < low - margin) | (fracture.pressure > high + margin))
     if outside.any():
-        first = tuple(int(i) for i in np.argwhere(outside)[0])
+        first = _first_pixel(outside)
         raise DataValidationError(
             f"{_where(path, fracture.name, 'pressure')}: {int(outside.sum())} active pixel(s) lie outside the range "
             f"[{low:.6g}, {high:.6g}] of the outlet and inlet pressures by more than {PRESSURE_RANGE_TOLERANCE:g} x "
