@@ -306,6 +306,10 @@ CONFIG_ROWS = [
     ("+trainer.strategy=foo", "trainer: You selected an invalid strategy name: `strategy='foo'`"),
     ("+trainer.max_time=abc", "trainer: `Timer(duration='abc')` is not a valid duration"),
     ("solver.name=foo", "solver: unknown solver 'foo'; choose one of"),
+    (
+        "model._target_=flowlearn.models.Foo",
+        "model._target_: flowlearn.models.Foo names no class of this flowlearn",
+    ),
     ("+logger.flush_logs_every_n_steps=0", "logger.flush_logs_every_n_steps must be a positive integer"),
     (
         "callbacks.model_checkpoint.save_top_k=-2",

@@ -59,8 +59,8 @@ def aperture_statistics(aperture: np.ndarray, voxel_size: float) -> dict[str, fl
     aperture = np.asarray(aperture, dtype=np.float64)
     mean = float(aperture.mean())
     statistics = {
-        # The std of the aperture divided by its mean, rather than the std divided by the mean: squares of apertures near float64's
-        # largest would overflow (such maps are refused later, by the solve's range check, in one line).
+        # std(Ap / mean), not std(Ap) / mean: squaring apertures near float64's largest would overflow (such maps are
+        # refused later, in one line, by the solve's range check).
         "relative_std": float((aperture / mean).std()) if mean > 0 else math.nan,
         "contact_fraction": float((aperture == 0).mean()),
         "aperture_voxels": mean / voxel_size if mean > 0 else math.nan,

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import yaml
 from hydra.errors import InstantiationException
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import nn
@@ -39,6 +39,17 @@ def model_dtype(cfg: DictConfig) -> torch.dtype:
     return getattr(torch, model_precision(cfg))
 
 
+def model_class(target: str) -> type | None:
+    """The class a model config's ``_target_`` names, None where it names none. (Hydra's get_class logs lines of
+    its own before it raises.)"""
+    module_name, _, class_name = str(target).rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name, None)
+    except (ImportError, ValueError):  # ValueError: an empty module name
+        return None
+    return found if isinstance(found, type) else None
+
+
 def build_correction(
     model_cfg: DictConfig,
     law: PermeabilityLaw,
@@ -49,7 +60,9 @@ def build_correction(
     """Instantiate the correction model in ``dtype``, filling in what the data decides: the shape of a pixel model,
     the dimension of a CNN, and the law's starting value. A network too large for the training maps or for this
     machine's memory in batches of ``batch_size`` is refused first (:func:`check_network_size`)."""
-    target = get_class(model_cfg._target_)
+    target = model_class(model_cfg._target_)
+    if target is None:
+        raise ConfigError(f"model._target_: {model_cfg._target_} names no class of this flowlearn")
     shapes = sorted({ref.shape for ref in train_refs})
     if issubclass(target, PixelCorrection):
         if len(train_refs) != 1:
@@ -222,17 +235,12 @@ def load_run(
     state, record = saved["state_dict"], saved.get(TRAINING_DATA, {})
     # A run trained before the power-law baseline existed carries no exponent: that baseline stays absent.
     state.setdefault("power_exponent", torch.tensor(math.nan, dtype=torch.float64))
-    # Looked up here rather than by hydra's get_class, which logs lines of its own before it raises.
-    module_name, _, class_name = str(cfg.model._target_).rpartition(".")
-    try:
-        model_class = getattr(importlib.import_module(module_name), class_name, None)
-    except (ImportError, ValueError):  # ValueError: an empty module name
-        model_class = None
-    if model_class is None:
+    target = model_class(cfg.model._target_)
+    if target is None:
         raise RunDirectoryError(
             f"{config_path}: the run's model ({cfg.model._target_}) does not exist in this flowlearn"
         )
-    if model_class is PixelCorrection:
+    if target is PixelCorrection:
         shape = tuple(state["correction.raw"].shape)
         correction = instantiate(cfg.model, shape=shape, initial=law.initial_raw)
     else:
