@@ -86,13 +86,21 @@ class GaussNewton(torch.optim.Optimizer):
         """The parameters, in the order :meth:`step` hands their values to the residual function."""
         return self.param_groups[0]["params"]
 
-    def step(self, residuals: Residuals, closure: Callable[[], object] | None = None) -> torch.Tensor:
+    def step(
+        self,
+        residuals: Residuals,
+        closure: Callable[[], object] | None = None,
+        stop_requested: Callable[[], bool] | None = None,
+    ) -> torch.Tensor:
         """One Levenberg–Marquardt step on the loss ‖residuals(θ)‖².
 
         Args:
             residuals: r(θ), from the parameters' values (a tuple in :attr:`params` order, float64) to the residuals
                 (m,) float64; differentiable by ``torch.func`` (twice in reverse mode).
             closure: Called once first, as torch optimisers do (Lightning runs its hooks in it); its value is unused.
+            stop_requested: Asked before every CG iteration; once it answers True the step is abandoned with the
+                parameters unchanged. A step of up to ``max_trials`` × ``cg_iterations`` products
+                can run for minutes on a large grid, and a scheduler's SIGTERM gives a job seconds to end.
 
         Returns:
             The loss ‖r‖² (0-d float64) at the parameters after the step.
@@ -112,14 +120,18 @@ class GaussNewton(torch.optim.Optimizer):
             curvature = float(jacobian(gradient).square().sum()) / gradient_norm**2
             state.update(damping=group["damping"] * curvature, growth=FIRST_GROWTH, steps=0)
         for _ in range(group["max_trials"]):
-            delta, j_delta = _damped_cg(
+            solved = _damped_cg(
                 jacobian,
                 transpose,
                 gradient,
                 state["damping"],
                 group["cg_iterations"],
                 group["cg_tolerance"] * gradient_norm,
+                stop_requested or _never,
             )
+            if solved is None:
+                return loss
+            delta, j_delta = solved
             predicted = float(loss - (r + j_delta).square().sum())
             trial = tuple(t + d for t, d in zip(theta, _unflat(delta, theta)))
             trial_loss = _loss_at(residuals, trial)
@@ -173,8 +185,10 @@ def _damped_cg(
     damping: float,
     iterations: int,
     tolerance: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """CG from zero on (JᵀJ + λI) δ = −g; returns δ and Jδ (kept along the way from the products CG makes).
+    stop_requested: Callable[[], bool],
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """CG from zero on (JᵀJ + λI) δ = −g; returns δ and Jδ (kept along the way from the products CG makes), or
+    None once ``stop_requested()`` says so before an iteration.
 
     Each iterate lowers ‖r + Jδ‖² + λ‖δ‖² from its value ‖r‖² at δ = 0, so a truncated solve still predicts a
     decrease of the loss."""
@@ -184,6 +198,8 @@ def _damped_cg(
     direction = residual.clone()
     residual_sq = residual.dot(residual)
     for _ in range(iterations):
+        if stop_requested():
+            return None
         j_direction = jacobian(direction)
         product = transpose(j_direction) + damping * direction
         alpha = residual_sq / direction.dot(product)
@@ -196,6 +212,10 @@ def _damped_cg(
         direction = residual + (new_residual_sq / residual_sq) * direction
         residual_sq = new_residual_sq
     return delta, j_delta
+
+
+def _never() -> bool:
+    return False
 
 
 def _flat(tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:

@@ -408,7 +408,11 @@ class FractureFlowModule(L.LightningModule):
         with torch.no_grad():
             loss = self._step(batch, "train")
         optimizer = self.optimizers()
-        optimizer.step(residuals=self.residuals_of(batch, optimizer.optimizer.params))
+        # Lightning acts on a SIGTERM (a scheduler cancelling the job) between batches; a long step stops at once.
+        optimizer.step(
+            residuals=self.residuals_of(batch, optimizer.optimizer.params),
+            stop_requested=lambda: self.trainer.received_sigterm,
+        )
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
