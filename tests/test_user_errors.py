@@ -1116,6 +1116,38 @@ def test_predicting_with_a_damaged_run_config(files, trained_runs, tmp_path, cap
     assert not (tmp_path / "p.h5").exists()
 
 
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("config.yaml", "model: [unclosed\n", "not a readable run config (while parsing a flow sequence"),
+        ("config.yaml", "seed: 0\n", "not a run's config: it names no law or model"),
+        ("config.yaml", "- a list\n", "not a run's config: it names no law or model"),
+        ("overrides.yaml", "[unclosed\n", "not a readable run config"),
+        ("hydra.yaml", "hydra: {\n", "not a readable run config"),
+    ],
+)
+def test_reporting_a_run_with_a_damaged_record(trained_runs, tmp_path, capsys, name, text, message):
+    run = tmp_path / "run"
+    shutil.copytree(trained_runs["cnn"], run)
+    damaged = run / ".hydra" / name
+    damaged.write_text(text)
+    status, err = _flowlearn(capsys, "report", str(run))
+    _one_line(status, err, f"{damaged}: {message}")
+    assert not (run / "report.md").exists() and not (run / "figures").exists()
+
+
+def test_a_sweep_lists_a_run_whose_config_is_damaged(trained_runs, tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    for name in ("0", "1"):
+        shutil.copytree(trained_runs["cnn"], sweep / name)
+    (sweep / "1" / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    status, err = _flowlearn(capsys, "report", str(sweep))
+    assert status == 1 and "Traceback" not in err
+    assert "is unreadable" in err and "it names no law or model" in err
+    table = (sweep / "report.md").read_text()
+    assert "| unreadable: " in table and "[0](0/report.md)" in table
+
+
 def test_predicting_on_volumes_with_a_run_of_maps(files, trained_runs, tmp_path, capsys):
     volumes = tmp_path / "volumes.h5"
     shape = (3, 6, 8)

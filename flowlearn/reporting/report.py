@@ -13,14 +13,21 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from flowlearn.data.schema import atomic_path
 from flowlearn.errors import RunDirectoryError
 from flowlearn.models.baselines import BASELINES, COMPARED, Baseline
 from flowlearn.reporting.figures import figure_set, plot_baselines, save_figures
 from flowlearn.reporting.heldout import split_metrics, verdict_table
-from flowlearn.reporting.runs import metric_series, missing_outputs, read_metrics, sweep_runs
+from flowlearn.reporting.runs import (
+    metric_series,
+    missing_outputs,
+    read_metrics,
+    read_run_yaml,
+    run_config,
+    sweep_runs,
+)
 from flowlearn.training import metrics
 from flowlearn.training.predictions import read_predictions
 from flowlearn.training.slurm import run_error
@@ -111,7 +118,12 @@ def _choices(run_dir: Path) -> dict[str, str]:
     hydra_file = run_dir / ".hydra" / "hydra.yaml"
     if not hydra_file.is_file():
         return {}
-    choices = OmegaConf.select(OmegaConf.load(hydra_file), "hydra.runtime.choices", default={})
+    record = read_run_yaml(hydra_file)
+    choices = (
+        OmegaConf.select(record, "hydra.runtime.choices", default={})
+        if isinstance(record, DictConfig)
+        else {}
+    )
     return {
         str(k): str(v)
         for k, v in OmegaConf.to_container(choices).items()
@@ -122,7 +134,8 @@ def _choices(run_dir: Path) -> dict[str, str]:
 def _overrides(run_dir: Path) -> list[str]:
     """The command-line overrides a run was started with (Hydra's record of them)."""
     path = run_dir / ".hydra" / "overrides.yaml"
-    return [str(o) for o in OmegaConf.to_container(OmegaConf.load(path))] if path.is_file() else []
+    overrides = read_run_yaml(path) if path.is_file() else []
+    return [str(o) for o in overrides] if isinstance(overrides, ListConfig | list) else []
 
 
 def _code(overrides: list[str]) -> str:
@@ -145,6 +158,8 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     output = Path(output) if output is not None else run_dir
     columns = read_metrics(run_dir)
     fields = read_predictions(run_dir / "predictions.h5")
+    # All read before anything is written: a damaged run gets no report.
+    config, choices, overrides = run_config(run_dir), _choices(run_dir), _overrides(run_dir)
     figures = figure_set(fields, columns)
     per_split = {s: r for s in metrics.STAGES if (r := split_metrics(fields, s)) is not None}
     if per_split and (baselines := plot_baselines(per_split)) is not None:
@@ -153,12 +168,11 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     final = final_metrics(columns)
 
     lines = [f"# Run report: {run_dir.name}", "", f"- run directory: `{run_dir.resolve()}`"]
-    choices = _choices(run_dir)
     if choices:
         lines.append("- config groups: " + ", ".join(f"{k}={v}" for k, v in choices.items()))
     splits = {s: sum(f.split == s for f in fields) for s in metrics.STAGES}
     lines += [
-        f"- overrides: {_code(_overrides(run_dir))}",
+        f"- overrides: {_code(overrides)}",
         f"- epochs trained: {_epochs(columns)}; fractures: "
         + ", ".join(f"{n} {s}" for s, n in splits.items() if n)
         + f"; law: {fields[0].law}",
@@ -186,8 +200,7 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
         "",
     ]
     lines += [f"![{name}]({path.relative_to(output).as_posix()})" for name, path in paths.items()]
-    config_text = (run_dir / ".hydra" / "config.yaml").read_text()
-    lines += ["", "## Config", "", "```yaml", config_text.rstrip(), "```", ""]
+    lines += ["", "## Config", "", "```yaml", OmegaConf.to_yaml(config).rstrip(), "```", ""]
     report = output / "report.md"
     with atomic_path(report) as tmp:
         tmp.write_text("\n".join(lines))
@@ -242,9 +255,15 @@ def report_sweep(
             incomplete.append(f"{run} is missing " + ", ".join(missing))
             name = run.name
         else:
-            status = "complete"
-            report = report_run(run, output / run.name, dpi=dpi)
-            name = f"[{run.name}]({report.relative_to(output).as_posix()})"
+            try:
+                report = report_run(run, output / run.name, dpi=dpi)
+            except RunDirectoryError as damaged:  # its outputs are all there, but one cannot be read
+                status = "unreadable: " + str(damaged).replace("|", "\\|")
+                incomplete.append(f"{run} is unreadable: {damaged}")
+                name = run.name
+            else:
+                status = "complete"
+                name = f"[{run.name}]({report.relative_to(output).as_posix()})"
         values = " | ".join(_number(final.get(column)) for column, _ in SWEEP_COLUMNS)
         varied = [o for o in overrides[run] if o not in shared]
         lines.append(f"| {name} | {_code(varied)} | {status} | {epochs} | {values} |")

@@ -9,8 +9,13 @@ import math
 from pathlib import Path
 
 import numpy as np
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from flowlearn.errors import RunDirectoryError
+
+CONFIG_FILE = Path(".hydra") / "config.yaml"
 
 
 def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
@@ -41,6 +46,30 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
     return columns
 
 
+def read_run_yaml(path: Path) -> object:
+    """One of the YAML files Hydra keeps in a run's ``.hydra`` folder, as OmegaConf loads it;
+    :class:`RunDirectoryError` where it is not YAML."""
+    try:
+        return OmegaConf.load(path)
+    except (yaml.YAMLError, UnicodeDecodeError, OmegaConfBaseException) as error:
+        reason = " ".join(str(error).split())
+        raise RunDirectoryError(f"{path}: not a readable run config ({reason})") from None
+
+
+def run_config(run_dir: Path) -> DictConfig:
+    """A run's saved config (``.hydra/config.yaml``); :class:`RunDirectoryError` where it is not YAML or lacks the
+    law or the model."""
+    path = run_dir / CONFIG_FILE
+    cfg = read_run_yaml(path)
+    named = isinstance(cfg, DictConfig)
+    missing = [
+        key for key in ("law", "model") if not named or OmegaConf.select(cfg, f"{key}._target_") is None
+    ]
+    if missing:
+        raise RunDirectoryError(f"{path}: not a run's config: it names no {' or '.join(missing)}")
+    return cfg
+
+
 def metric_series(columns: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
     """(epochs, values) of one metric, for the rows that logged it."""
     if name not in columns:
@@ -68,7 +97,7 @@ def missing_outputs(run_dir: Path) -> list[str]:
     needs = (
         (any((run_dir / "checkpoints").glob("*.ckpt")), "a checkpoint (checkpoints/*.ckpt)"),
         ((run_dir / "metrics.csv").is_file(), "metrics (metrics.csv; the run needs logger=csv)"),
-        ((run_dir / ".hydra" / "config.yaml").is_file(), "the run's config (.hydra/config.yaml)"),
+        ((run_dir / CONFIG_FILE).is_file(), f"the run's config ({CONFIG_FILE.as_posix()})"),
         ((run_dir / "predictions.h5").is_file(), "predictions (predictions.h5, written when training ends)"),
     )
     return [what for present, what in needs if not present]

@@ -9,11 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from torch import nn
 
 from flowlearn.checks import available_memory, is_integer
@@ -22,6 +20,7 @@ from flowlearn.data.inputs import DEFAULT_INPUTS, channel_count
 from flowlearn.errors import CheckpointError, ConfigError, RunDirectoryError
 from flowlearn.models.correction import PixelCorrection
 from flowlearn.models.laws import PermeabilityLaw
+from flowlearn.reporting.runs import CONFIG_FILE, run_config
 from flowlearn.training.checkpoints import read_checkpoint
 from flowlearn.training.config import model_precision
 from flowlearn.training.module import TRAINING_DATA, FractureFlowModule
@@ -189,19 +188,6 @@ def training_bytes(
     return round(state + activations + UNFOLDED_COPIES * unfolded)
 
 
-def _run_config(config_path: Path) -> DictConfig:
-    """A run's saved config; :class:`RunDirectoryError` where it is not YAML or lacks the law or the model."""
-    try:
-        cfg = OmegaConf.load(config_path)
-    except (yaml.YAMLError, UnicodeDecodeError, OmegaConfBaseException) as error:
-        reason = " ".join(str(error).split())
-        raise RunDirectoryError(f"{config_path}: not a readable run config ({reason})") from None
-    missing = [key for key in ("law", "model") if OmegaConf.select(cfg, f"{key}._target_") is None]
-    if missing:
-        raise RunDirectoryError(f"{config_path}: not a run's config: it names no {' or '.join(missing)}")
-    return cfg
-
-
 def load_run(
     run_dir: str | Path, checkpoint: str | Path | None = None
 ) -> tuple[FractureFlowModule, DictConfig]:
@@ -213,7 +199,7 @@ def load_run(
     before that record existed: the inputs of the config, no statistics).
     """
     run_dir = Path(run_dir)
-    config_path = run_dir / ".hydra" / "config.yaml"
+    config_path = run_dir / CONFIG_FILE
     checkpoint = Path(checkpoint) if checkpoint else run_dir / "checkpoints" / "last.ckpt"
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such run directory")
@@ -223,7 +209,7 @@ def load_run(
         if not needed.exists():
             raise FileNotFoundError(f"{run_dir}: {what} is missing ({needed} does not exist)")
     saved = read_checkpoint(checkpoint, option=None, weights_only=True)
-    cfg = _run_config(config_path)
+    cfg = run_config(run_dir)
     try:
         law = instantiate(cfg.law)
     except InstantiationException as error:
