@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import sys
@@ -24,10 +25,43 @@ from flowlearn.runtime import quick_exit
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line on stderr (exit status 2), like every other mistake."""
+    """An argument parser whose usage errors are one line on stderr (exit status 2), like every other mistake.
+
+    argparse takes a word that starts with '-' for an option unless it looks like a plain negative number
+    (``-2``, ``-0.5``, not ``-1e-5``), so ``--voxel-size -1e-5`` reads as an option without its value: the error
+    then says how to attach the value, after which the option's own range check answers."""
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # Kept for error(); a subcommand's parser sees its own part of the command line.
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(USER_ERROR_STATUS, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(
+            USER_ERROR_STATUS,
+            f"{self.prog}: error: {message}{self._hint(message)} (see {self.prog} --help)\n",
+        )
+
+    def _hint(self, message: str) -> str:
+        """How to write the value that argparse took for an option, where a missing value was one."""
+        if not message.endswith(": expected one argument"):
+            return ""
+        options = message.removeprefix("argument ").removesuffix(": expected one argument").split("/")
+        words = getattr(self, "_words", [])
+        for option, value in itertools.pairwise(words):
+            if option in options and value.startswith("-") and _is_number(value):
+                return f"; a value that starts with '-' is written attached: {option}={value}"
+        return ""
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
 
 
 class _HelpFormatter(argparse.HelpFormatter):

@@ -633,6 +633,13 @@ GENERATE_ROWS = [
     (["--seed", "-5"], "--seed must be an integer >= 0, got -5"),
     (["--refine-every", "-1"], "--refine-every must be an integer >= 0 (0: no fracture is refined), got -1"),
     (["--voxel-size", "0"], "--voxel-size must be > 0, got 0.0"),
+    # argparse takes "-1e-5" for an option, not a negative number: the error says how to write it.
+    (
+        ["--voxel-size", "-1e-5"],
+        "argument --voxel-size: expected one argument; a value that starts with '-' is written attached: "
+        "--voxel-size=-1e-5",
+    ),
+    (["--voxel-size=-1e-5"], "--voxel-size must be > 0, got -1e-05"),
     (["--omega", "3"], "--omega must be in (0, 2), got 3.0"),
     (["--omega", "0"], "--omega must be in (0, 2), got 0.0"),
     (["--omega", "2"], "--omega must be in (0, 2), got 2.0"),
@@ -837,6 +844,10 @@ COMMAND_ROWS = [
     (["report", "{run}", "--dpi", "1201"], "argument --dpi: must be an integer in [10, 1200], got 1201"),
     (["report", "{run}", "--dpi", "100000"], "argument --dpi: must be an integer in [10, 1200], got 100000"),
     (["report", "{run}", "--dpi", "abc"], "argument --dpi: invalid int value: 'abc'"),
+    (
+        ["report", "{run}", "-o", "-5e0"],
+        "argument -o/--output: expected one argument; a value that starts with '-' is written attached: -o=-5e0",
+    ),
     (["report", "{tmp}/nowhere"], "{tmp}/nowhere: no such directory"),
     (["report", "{run}"], "{run}/metrics.csv: no logged epochs"),
     (["predict", "{tmp}/nowhere", "{good}", "-o", "{tmp}/p.h5"], "{tmp}/nowhere: no such run directory"),
