@@ -24,9 +24,10 @@ from flowlearn.errors import DataValidationError
 
 
 def linear_fracture(name: str, shape: tuple[int, int], inlet: float, outlet: float, seed: int) -> Fracture:
-    """Random aperture, with the pressure a uniform-permeability Darcy solve gives: a straight line in x."""
+    """Random aperture (0.5-1.5 voxels, in metres), with the pressure a uniform-permeability Darcy solve gives: a
+    straight line in x."""
     h, w = shape
-    aperture = np.random.default_rng(seed).uniform(0.5, 1.5, shape)
+    aperture = np.random.default_rng(seed).uniform(0.5, 1.5, shape) * 1e-5
     aperture[0, 1] = 0.0
     pressure = np.tile(inlet + (outlet - inlet) * np.arange(w) / (w - 1), (h, 1))
     return Fracture(name, aperture, pressure, inlet_pressure=inlet, outlet_pressure=outlet, voxel_size=1e-5)

@@ -111,6 +111,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "voxel_zero": lambda g: g.attrs.__setitem__("voxel_size", 0.0),
         "voxel_negative": lambda g: g.attrs.__setitem__("voxel_size", -1e-5),
         "voxel_inf": lambda g: g.attrs.__setitem__("voxel_size", np.inf),
+        # Apertures in voxels (10 each) under a voxel size in metres: 10 m gaps on a map 8e-5 m long.
+        "aperture_in_voxels": lambda g: g["aperture"].__setitem__(Ellipsis, 10.0),
         "inlet_text": lambda g: g.attrs.__setitem__("inlet_pressure", "two"),
         "inlet_nan": lambda g: g.attrs.__setitem__("inlet_pressure", np.nan),
         "flow_rate_text": lambda g: g.attrs.__setitem__("flow_rate", "big"),
@@ -390,6 +392,12 @@ FILE_ROWS = [
         for name, value in (("voxel_zero", "0.0"), ("voxel_negative", "-1e-05"), ("voxel_inf", "inf"))
     ),
     (
+        "data.path={aperture_in_voxels}",
+        "{aperture_in_voxels}: group 'f2': field 'aperture': 48 aperture(s) of at least 10 times the map's longest "
+        "side, 8e-05 m (8 pixels of voxel_size 1e-05 m); the first is 10 at (0, 0). Apertures are in metres: "
+        "apertures in voxels need multiplying by voxel_size",
+    ),
+    (
         "data.path={inlet_text}",
         "{inlet_text}: group 'f2': attribute 'inlet_pressure' is 'two'; expected one number",
     ),
@@ -551,6 +559,8 @@ def test_apertures_whose_conductivities_are_beyond_float64(
     path = _big_dataset(tmp_path / "big.h5")
     with h5py.File(path, "r+") as f:
         f[fracture]["aperture"][...] = aperture
+        if aperture > 1:  # with its voxel size known, the file is refused first: apertures in another unit
+            f[fracture].attrs["voxel_size"] = np.nan
     status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={path}", "~callbacks.figures"])
     _one_line(
         status,

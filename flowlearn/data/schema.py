@@ -76,6 +76,10 @@ BOUNDARY_TOLERANCE = 0.01
 # sources the pressure stays between them (the maximum principle); an LBM reference overshoots by its compressibility
 # and boundary layers: 0.8% on the real fracture, up to 3.5% in the embedded dataset.
 PRESSURE_RANGE_TOLERANCE = 0.25
+# The widest aperture a map may hold, in lengths of its longest side, where its voxel size is known. Lubrication
+# flow needs gaps far narrower than the fracture is long, and apertures stored in voxels instead of metres come out
+# thousands of times too wide: a gap of a few voxels read as metres is a few metres, on a map of millimetres.
+WIDEST_APERTURE = 10
 # How far the stored aperture may be from the walls' separation max(top - bottom, 0): one voxel, the rounding of a
 # voxelised gap (the count of voxel centres between two walls is within one of their distance); where the voxel size
 # is unknown, this fraction of the mean separation (the aperture is then expected to be the separation itself).
@@ -154,8 +158,9 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
     """Check one fracture against the schema; raise :class:`DataValidationError` on the first violation.
 
     Checks: 2D or 3D shape, equal shapes of aperture, pressure and mask, finite values, non-negative aperture, a
-    voxel size > 0 or NaN, finite inlet and outlet pressures, a known flow axis with at least ``MIN_FLOW_LENGTH``
-    pixels along it and 2 along every other axis, and boundary faces whose mean pressure over
+    voxel size > 0 or NaN, apertures below ``WIDEST_APERTURE`` lengths of the map's longest side where the voxel
+    size is known, finite inlet and outlet pressures, a known flow axis with at least ``MIN_FLOW_LENGTH`` pixels
+    along it and 2 along every other axis, and boundary faces whose mean pressure over
     active cells matches the declared inlet and outlet within ``BOUNDARY_TOLERANCE`` of their difference, and a
     pressure within ``PRESSURE_RANGE_TOLERANCE`` of their difference of the range between them. Zero
     apertures are inactive cells, not errors.
@@ -211,6 +216,7 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
             f"{_where(path, g, 'aperture')}: {int((ap < 0).sum())} negative apertures "
             f"(min {float(ap.min()):.6g}), first at {first}"
         )
+    _check_aperture_unit(fracture, path)
     if walls:
         _check_walls(fracture, path)
     if fracture.flow_axis not in FLOW_AXES or -FLOW_AXES[fracture.flow_axis] > ap.ndim:
@@ -233,6 +239,24 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
         )
     if p is not None:
         _check_boundaries(fracture, path)
+
+
+def _check_aperture_unit(fracture: Fracture, path: str | os.PathLike) -> None:
+    """Where the voxel size is known, no aperture is ``WIDEST_APERTURE`` times the map's longest side or more: a
+    map like that holds its apertures in another unit (voxels: thousands of times too wide), not metres."""
+    voxel, ap = fracture.voxel_size, fracture.aperture
+    if math.isnan(voxel):
+        return
+    length = voxel * max(ap.shape)
+    wide = ap >= WIDEST_APERTURE * length
+    if wide.any():
+        first = _first_pixel(wide)
+        raise DataValidationError(
+            f"{_where(path, fracture.name, 'aperture')}: {int(wide.sum())} aperture(s) of at least {WIDEST_APERTURE} "
+            f"times the map's longest side, {length:.6g} m ({max(ap.shape)} pixels of voxel_size {voxel:.6g} m); "
+            f"the first is {float(ap[first]):.6g} at {first}. Apertures are in metres: apertures in voxels need "
+            "multiplying by voxel_size"
+        )
 
 
 def _first_pixel(mask: np.ndarray) -> tuple[int, ...]:
