@@ -13,7 +13,11 @@ OmegaConf.register_new_resolver("repo_root", lambda: str(Path(__file__).resolve(
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from flowlearn.training.train import run
+    from flowlearn.runtime import collection_paused
+
+    # An entry point: what the run imports lives as long as the process, and no later collection need traverse it.
+    with collection_paused(freeze=True):
+        from flowlearn.training.train import run
 
     return run(cfg)
 

@@ -2,18 +2,19 @@
 
 # isort: off
 # First, before anything imports torch: OpenMP's wait policy and malloc's settings.
-import flowlearn.runtime  # noqa: F401
+from flowlearn.runtime import collection_paused
 # isort: on
 
-from flowlearn.darcy.grid import Grid
-from flowlearn.darcy.problem import DarcyProblem
-from flowlearn.darcy.solve import solve_pressure
-from flowlearn.errors import (
-    ConvergenceError,
-    DisconnectedRegionError,
-    ProblemError,
-    SolveInputError,
-)
+with collection_paused():  # torch's and scipy's imports, without the collector's passes over them
+    from flowlearn.darcy.grid import Grid
+    from flowlearn.darcy.problem import DarcyProblem
+    from flowlearn.darcy.solve import solve_pressure
+    from flowlearn.errors import (
+        ConvergenceError,
+        DisconnectedRegionError,
+        ProblemError,
+        SolveInputError,
+    )
 
 __version__ = "0.1.0"
 

@@ -155,3 +155,48 @@ def test_the_entry_points_exit_quickly_with_their_output_and_status(run):
     lines = out.stdout.strip().split("\n")
     assert lines[-1] == "frozen"
     assert "flowlearn" in " ".join(lines[:-1])  # the command's own output came first
+
+
+@pytest.mark.parametrize("package", ["flowlearn", "flowlearn.training"])
+def test_importing_flowlearn_runs_no_full_collection_and_leaves_the_collector_on(package):
+    # Without the pause, importing torch and scipy under flowlearn, or Lightning under flowlearn.training, ran
+    # several full passes over every live object.
+    code = (
+        "import gc\n"
+        "before = gc.get_stats()[2]['collections']\n"
+        f"import {package}\n"
+        "print(gc.get_stats()[2]['collections'] - before, gc.isenabled())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "True"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_paused_collection_restores_the_collector_as_it_was(enabled):
+    import gc
+
+    from flowlearn.runtime import collection_paused
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with collection_paused():
+            assert not gc.isenabled()
+        assert gc.isenabled() == enabled
+        with pytest.raises(KeyError), collection_paused():
+            raise KeyError("the block's error passes through")
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_a_frozen_start_up_keeps_its_objects_out_of_later_passes():
+    code = (
+        "import gc\n"
+        "from flowlearn.runtime import collection_paused\n"
+        "with collection_paused(freeze=True):\n"
+        "    import lightning\n"
+        "print(gc.get_freeze_count() > 100_000, gc.isenabled())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]

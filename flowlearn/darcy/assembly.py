@@ -359,9 +359,12 @@ def _kernels_loaded() -> threading.Thread:
 
     def load() -> None:
         from flowlearn.darcy.kernels import csc_pattern
+        from flowlearn.runtime import collection_paused
 
         empty = np.zeros(0, dtype=np.int32)
-        csc_pattern(0, empty, empty)  # the argument types of _build_pattern's call
+        # numba's first compiled call builds its registries, with 0.1 s of full collections after torch's import.
+        with collection_paused():
+            csc_pattern(0, empty, empty)  # the argument types of _build_pattern's call
 
     thread = threading.Thread(target=load, name="flowlearn-kernels", daemon=True)
     thread.start()
