@@ -15,16 +15,17 @@ OmegaConf.register_new_resolver("repo_root", lambda: str(Path(__file__).resolve(
 def main(cfg: DictConfig) -> float | None:
     from flowlearn.runtime import collection_paused
 
-    # An entry point: what the run imports lives as long as the process, and no later collection need traverse it.
-    with collection_paused(freeze=True):
+    with collection_paused(then="freeze"):  # the rest of the run's imports
         from flowlearn.training.train import run
 
     return run(cfg)
 
 
 if __name__ == "__main__":
-    from flowlearn.runtime import quick_exit
-    from flowlearn.training.config import hydra_errors_as_one_line
+    from flowlearn.runtime import collection_paused, quick_exit
+
+    with collection_paused(then="freeze"):  # Lightning, numba and Hydra: start-up, alive until the exit
+        from flowlearn.training.config import hydra_errors_as_one_line
 
     quick_exit()
 

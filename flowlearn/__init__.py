@@ -5,7 +5,7 @@
 from flowlearn.runtime import collection_paused
 # isort: on
 
-with collection_paused():  # torch's and scipy's imports, without the collector's passes over them
+with collection_paused():  # torch's and scipy's imports: one pass of the garbage collector, not several
     from flowlearn.darcy.grid import Grid
     from flowlearn.darcy.problem import DarcyProblem
     from flowlearn.darcy.solve import solve_pressure

@@ -14,6 +14,7 @@ import ctypes
 import gc
 import os
 from collections.abc import Callable, Iterator
+from typing import Literal
 
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -99,22 +100,34 @@ def quick_exit() -> None:
 
 
 @contextlib.contextmanager
-def collection_paused(freeze: bool = False) -> Iterator[None]:
+def collection_paused(then: Literal["collect", "freeze", "resume"] = "collect") -> Iterator[None]:
     """No garbage collection inside the block: for imports and the first call of compiled kernels, which create
     hundreds of thousands of objects that all stay alive.
 
     The collector's full passes traverse every live object, and it starts one each time the long-lived objects have
     grown by a quarter: importing what train.py imports ran 7 of them, 0.8-0.9 s of its 3.0 s, and numba's first
-    compiled call after torch's import spent half of its 0.21 s in one. After the block the collector is as it was
-    (the next full pass, if one comes, traverses the new objects once). ``freeze`` (for the entry points only, as in
-    :func:`quick_exit`) moves every object alive at the end into the permanent generation, which no later pass
-    traverses: right for the modules of a process's start-up, which live as long as it does."""
+    compiled call after torch's import spent half of its 0.21 s in one. ``then`` says how the block ends:
+
+    - ``"collect"``: one full pass, which moves the block's objects to the oldest generation at once. Left in the
+      youngest, the many objects of an import would be traversed once per generation as they age, the last time
+      in a full pass anyway;
+    - ``"freeze"`` (for the entry points, as in :func:`quick_exit`): the objects alive move to the permanent
+      generation, which no pass traverses: right for a process's start-up, whose modules live as long as it does;
+    - ``"resume"``: nothing, for a block that makes few objects against those alive (a full pass at its end would
+      traverse them all).
+
+    A block inside another only pauses; the outer one ends them all.
+    """
+    if then not in ("collect", "freeze", "resume"):
+        raise ValueError(f"then must be 'collect', 'freeze' or 'resume', got {then!r}")
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if freeze:
-            gc.freeze()
         if enabled:
+            if then == "freeze":
+                gc.freeze()
+            elif then == "collect":
+                gc.collect()
             gc.enable()

@@ -157,10 +157,10 @@ def test_the_entry_points_exit_quickly_with_their_output_and_status(run):
     assert "flowlearn" in " ".join(lines[:-1])  # the command's own output came first
 
 
-@pytest.mark.parametrize("package", ["flowlearn", "flowlearn.training"])
-def test_importing_flowlearn_runs_no_full_collection_and_leaves_the_collector_on(package):
-    # Without the pause, importing torch and scipy under flowlearn, or Lightning under flowlearn.training, ran
-    # several full passes over every live object.
+@pytest.mark.parametrize(("package", "full_passes"), [("flowlearn", 1), ("flowlearn.training", 2)])
+def test_importing_flowlearn_runs_one_full_collection_and_leaves_the_collector_on(package, full_passes):
+    # One at the end of each package's imports. Without the pauses, importing torch and scipy under flowlearn ran 3
+    # full passes over every live object, and Lightning's import under flowlearn.training 4-5 more.
     code = (
         "import gc\n"
         "before = gc.get_stats()[2]['collections']\n"
@@ -168,7 +168,25 @@ def test_importing_flowlearn_runs_no_full_collection_and_leaves_the_collector_on
         "print(gc.get_stats()[2]['collections'] - before, gc.isenabled())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["0", "True"]
+    assert out.stdout.split() == [str(full_passes), "True"]
+
+
+@pytest.mark.parametrize(("then", "full_passes"), [("collect", 1), ("resume", 0)])
+def test_a_paused_collection_ends_in_one_full_pass_or_none(then, full_passes):
+    import gc
+
+    from flowlearn.runtime import collection_paused
+
+    before = gc.get_stats()[2]["collections"]
+    with collection_paused(then=then):
+        assert not gc.isenabled()
+        with collection_paused(then="collect"):  # inside another: only pauses
+            garbage = [[] for _ in range(100_000)]
+        del garbage
+    assert gc.get_stats()[2]["collections"] - before == full_passes
+    with pytest.raises(ValueError, match="then must be 'collect', 'freeze' or 'resume', got 'later'"):
+        with collection_paused(then="later"):
+            pass
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -194,7 +212,7 @@ def test_a_frozen_start_up_keeps_its_objects_out_of_later_passes():
     code = (
         "import gc\n"
         "from flowlearn.runtime import collection_paused\n"
-        "with collection_paused(freeze=True):\n"
+        "with collection_paused(then='freeze'):\n"
         "    import lightning\n"
         "print(gc.get_freeze_count() > 100_000, gc.isenabled())\n"
     )

@@ -363,7 +363,7 @@ def _kernels_loaded() -> threading.Thread:
 
         empty = np.zeros(0, dtype=np.int32)
         # numba's first compiled call builds its registries, with 0.1 s of full collections after torch's import.
-        with collection_paused():
+        with collection_paused(then="resume"):
             csc_pattern(0, empty, empty)  # the argument types of _build_pattern's call
 
     thread = threading.Thread(target=load, name="flowlearn-kernels", daemon=True)

@@ -11,5 +11,6 @@ file (schema, writer and reader), ``flowlearn predict`` and the job behind ``pyt
 
 from flowlearn.runtime import collection_paused
 
-with collection_paused():  # Lightning's import, which every module here needs, without the collector's passes
+# Lightning's import, which every module here needs: one pass of the garbage collector, not several.
+with collection_paused():
     import lightning  # noqa: F401
