@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from flowlearn.errors import SettingError
+from flowlearn.errors import ConfigError, SettingError
 
 
 def nonfinite(
@@ -109,6 +111,26 @@ def check_dpi(value: object, field: str = "dpi") -> int:
     return value
 
 
+# The voxel sizes a simulation may be set up with, metres per voxel: a nanometre to a metre. Below a nanometre a
+# voxel is smaller than the molecules of the fluid, where no continuum (LBM, Stokes) flow exists; above a metre a
+# voxel is wider than any fracture aperture, so that no gap is even one voxel wide. Outside the range a run failed
+# late and elsewhere (1e-300 m: a log K beyond float64 after the LBM; 1e10 m: "no fluid path").
+VOXEL_SIZE = (1e-9, 1.0)
+
+
+def check_voxel_size(value: object, field: str = "voxel_size") -> float:
+    """``value`` if it is a number in :data:`VOXEL_SIZE` (metres per voxel), else :class:`SettingError` for
+    ``field``."""
+    low, high = VOXEL_SIZE
+    check_setting(
+        is_number(value) and low <= value <= high,
+        field,
+        f"must be a number in [{low:g}, {high:g}] (metres per voxel: a nanometre to a metre)",
+        value,
+    )
+    return value
+
+
 def check_map_shape(value: object) -> tuple[int, int]:
     """The (H, W) of a 2D map setting as a tuple; :class:`SettingError` for ``shape`` unless two integers >= 2."""
     shape = tuple(value) if isinstance(value, tuple | list) else ()
@@ -129,3 +151,17 @@ def available_memory() -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_distinct_names(option: str, paths: Sequence[object]) -> None:
+    """Raise :class:`ConfigError` naming ``option`` where two of ``paths`` (or one given twice) share a file name:
+    a fracture's key is its file's stem and its group, so two files of one stem would give two fractures one key."""
+    stems: dict[str, object] = {}
+    for path in paths:
+        stem = Path(str(path)).stem
+        if stem in stems:
+            raise ConfigError(
+                f"{option}: {stems[stem]} and {path} share the file name {stem!r}, which names their fractures "
+                f"({stem}/<group>): give each file once, and rename one of two files of one name"
+            )
+        stems[stem] = path

@@ -16,11 +16,23 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from flowlearn import __version__
-from flowlearn.checks import FIGURE_DPI, check_cores, check_dpi
-from flowlearn.errors import USER_ERROR_STATUS, USER_ERRORS, SettingError
+from flowlearn.checks import (
+    FIGURE_DPI,
+    VOXEL_SIZE,
+    check_cores,
+    check_distinct_names,
+    check_dpi,
+    check_voxel_size,
+)
+from flowlearn.errors import (
+    USER_ERROR_STATUS,
+    USER_ERRORS,
+    ReferenceConvergenceError,
+    SettingError,
+)
 from flowlearn.runtime import quick_exit
 
 
@@ -93,8 +105,8 @@ def _run_convert(args: argparse.Namespace) -> int:
 
 
 def _convert_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src", help="input HDF5 file (flowlearn or original layout)")
-    p.add_argument("dst", help="output HDF5 file")
+    p.add_argument("src", type=_path, help="input HDF5 file (flowlearn or original layout)")
+    p.add_argument("dst", type=_path, help="output HDF5 file")
     p.add_argument("--layout", choices=("flowlearn", "original"), default="flowlearn", help="layout of DST")
 
 
@@ -143,7 +155,13 @@ def _run_generate(args: argparse.Namespace) -> int:
         check_cores("--processes", args.processes)
     check_writable(args.output)
     if slurm is None:
-        summary = generate_dataset(config, args.output, processes=args.processes, progress=not args.quiet)
+        try:
+            summary = generate_dataset(config, args.output, processes=args.processes, progress=not args.quiet)
+        except ReferenceConvergenceError as err:
+            raise ReferenceConvergenceError(
+                f"{err}: raise --max-steps (now {args.max_steps}), or --tolerance (now {args.tolerance:g}); the "
+                "finished fractures are kept, and the same command continues"
+            ) from err
     else:
         from flowlearn.data.cluster import generate_on_slurm
 
@@ -171,14 +189,14 @@ _RECIPE_OPTIONS = {
 
 
 def _generate_arguments(p: argparse.ArgumentParser) -> None:
-    from flowlearn.data.generate import DatasetConfig
-    from flowlearn.data.lbm import LBMSettings
+    from flowlearn.data.generate import MAX_COUNT, DatasetConfig
+    from flowlearn.data.lbm import MAX_DENSITY_DROP, LBMSettings
     from flowlearn.data.recipes import RECIPES
 
     d, s = DatasetConfig(), LBMSettings()
-    p.add_argument("output", help="HDF5 file to write (flowlearn layout)")
+    p.add_argument("output", type=_path, help="HDF5 file to write (flowlearn layout)")
     g = p.add_argument_group("fractures")
-    g.add_argument("--count", type=int, default=d.count, help="number of fractures")
+    g.add_argument("--count", type=int, default=d.count, help=f"number of fractures, at most {MAX_COUNT}")
     g.add_argument("--shape", type=int, nargs=2, default=list(d.shape), metavar=("H", "W"), help="map size")
     g.add_argument(
         "--mean-aperture", type=float, default=d.mean_aperture, help="mean wall separation (voxels)"
@@ -205,7 +223,9 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
         )
     g = p.add_argument_group("dataset")
     g.add_argument("--seed", type=int, default=d.seed, help="seed of the first fracture (then +1 each)")
-    g.add_argument("--voxel-size", type=float, default=d.voxel_size, help="metres per voxel")
+    g.add_argument(
+        "--voxel-size", type=float, default=d.voxel_size, help=f"metres per voxel, in {_voxel_range()}"
+    )
     g.add_argument(
         "--refine-every",
         type=int,
@@ -223,10 +243,18 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     )
     g = p.add_argument_group("LBM")
     g.add_argument("--omega", type=float, default=s.omega, help="TRT symmetric relaxation rate")
-    g.add_argument("--density-drop", type=float, default=s.density_drop, help="inlet minus outlet density")
+    g.add_argument(
+        "--density-drop",
+        type=float,
+        default=s.density_drop,
+        help=f"inlet minus outlet density, in (0, {MAX_DENSITY_DROP:g}] (the LBM is Stokes flow only while the "
+        "density stays near its mean of 1)",
+    )
     g.add_argument("--tolerance", type=float, default=s.tolerance, help="steady-state relative change")
     g.add_argument("--check-interval", type=int, default=s.check_interval, help="steps between checks")
-    g.add_argument("--max-steps", type=int, default=s.max_steps, help="fail when not steady by then")
+    g.add_argument(
+        "--max-steps", type=int, default=s.max_steps, help="fail when not steady by then (raise it if so)"
+    )
     g.add_argument("--target", choices=("auto", "cpu", "gpu"), default=s.target, help="where lbmpy runs")
     g.add_argument(
         "--threads",
@@ -374,8 +402,8 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _report_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="run directory, or sweep directory holding run directories")
-    p.add_argument("-o", "--output", help="where to write the report (default: RUN_DIR itself)")
+    p.add_argument("run_dir", type=_path, help="run directory, or sweep directory holding run directories")
+    p.add_argument("-o", "--output", type=_path, help="where to write the report (default: RUN_DIR itself)")
     p.add_argument(
         "--dpi",
         type=_dpi,
@@ -384,20 +412,14 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _dpi(text: str) -> int:
-    """An argparse type: a figure resolution (:func:`~flowlearn.checks.check_dpi`)."""
-    try:
-        return check_dpi(int(text))
-    except ValueError as err:  # SettingError is one
-        problem = err.problem if isinstance(err, SettingError) else f"invalid int value: {text!r}"
-        raise argparse.ArgumentTypeError(problem) from None
-
-
 def _run_predict(args: argparse.Namespace) -> int:
     from flowlearn.data.schema import check_writable
     from flowlearn.training.predict import predict
 
-    _check_new_output(args.output, args.inputs, "the inputs")
+    check_distinct_names("INPUTS", args.inputs)
+    _check_new_output(args.output, args.inputs, "one of the inputs")
+    # The run's own predictions are its training's record, which report and evaluate read.
+    _check_new_output(args.output, [Path(args.run_dir) / "predictions.h5"], "the run's own predictions.h5")
     check_writable(args.output)
     count = predict(args.run_dir, args.inputs, args.output, checkpoint=args.checkpoint)
     print(
@@ -407,18 +429,32 @@ def _run_predict(args: argparse.Namespace) -> int:
 
 
 def _predict_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="run directory written by `python train.py`")
-    p.add_argument("inputs", nargs="+", help="HDF5 file(s) with the fractures to predict")
-    p.add_argument("-o", "--output", required=True, help="HDF5 file to write (not one of INPUTS)")
-    p.add_argument("--checkpoint", help="checkpoint to load (default: RUN_DIR/checkpoints/last.ckpt)")
+    p.add_argument("run_dir", type=_path, help="run directory written by `python train.py`")
+    p.add_argument(
+        "inputs",
+        type=_path,
+        nargs="+",
+        help="HDF5 file(s) with the fractures to predict, of different file names (a fracture is named by its "
+        "file's name and its group)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        type=_path,
+        required=True,
+        help="HDF5 file to write (not one of INPUTS, nor RUN_DIR/predictions.h5)",
+    )
+    p.add_argument(
+        "--checkpoint", type=_path, help="checkpoint to load (default: RUN_DIR/checkpoints/last.ckpt)"
+    )
 
 
-def _check_new_output(output: str, inputs: Sequence[str], inputs_are: str) -> None:
+def _check_new_output(output: str, inputs: Sequence[str | Path], inputs_are: str) -> None:
     """Raise :class:`SettingError` for ``--output`` where it is one of ``inputs`` (the same file, however named),
-    which writing the output would replace."""
+    which writing the output would replace; ``inputs_are`` says what they are ("one of the inputs")."""
     target = Path(output).resolve()
     if any(Path(path).resolve() == target for path in inputs):
-        raise SettingError("--output", f"{output} is one of {inputs_are}: give a new file")
+        raise SettingError("--output", f"{output} is {inputs_are}: give a new file")
 
 
 def _run_departure(args: argparse.Namespace) -> int:
@@ -426,7 +462,7 @@ def _run_departure(args: argparse.Namespace) -> int:
     from flowlearn.data.schema import check_writable
     from flowlearn.errors import DataValidationError
 
-    if args.figure:
+    if args.figure is not None:
         check_writable(args.figure)  # before the solves
     rows = departures(args.data)
     if not rows:
@@ -457,7 +493,7 @@ def _run_departure(args: argparse.Namespace) -> int:
         f"{summary['share_departing_20pct']:.0%} of the fractures depart by 20% or more"
     )
     print("\n".join(range_summary(rows)))
-    if args.figure:
+    if args.figure is not None:
         from flowlearn.data.schema import atomic_path
         from flowlearn.reporting.figures import plot_departure, write_png
 
@@ -473,14 +509,16 @@ def _percent(value: float) -> str:
 
 
 def _departure_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", help="HDF5 fracture file whose fractures store a flow_rate (flowlearn generate)")
+    p.add_argument(
+        "data", type=_path, help="HDF5 fracture file whose fractures store a flow_rate (flowlearn generate)"
+    )
     p.add_argument(
         "--table",
         action="store_true",
         help="one line per fracture: σ/⟨b⟩, contact fraction, b_h/⟨b⟩ of the reference flow rate, Q/Q_LCL, rms "
         "mid-surface slope (smoothed over ⟨b⟩) and the flow rate's change under 2x refinement",
     )
-    p.add_argument("--figure", help="PNG of Q/Q_LCL against σ/⟨a⟩ and the wall slope")
+    p.add_argument("--figure", type=_path, help="PNG of Q/Q_LCL against σ/⟨a⟩ and the wall slope")
 
 
 def _named_fractures(data: str, wanted: list[str] | None, every: int = 1) -> list[str]:
@@ -527,7 +565,9 @@ def _run_refine(args: argparse.Namespace) -> int:
 
 
 def _refine_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("data", help="HDF5 fracture file in flowlearn's layout with walls (flowlearn generate)")
+    p.add_argument(
+        "data", type=_path, help="HDF5 fracture file in flowlearn's layout with walls (flowlearn generate)"
+    )
     p.add_argument(
         "--fracture",
         action="append",
@@ -582,10 +622,13 @@ def _run_smooth_walls(args: argparse.Namespace) -> int:
 
 def _smooth_walls_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "data", help="HDF5 fracture file in flowlearn's layout, with reference flow rates and pressures"
+        "data",
+        type=_path,
+        help="HDF5 fracture file in flowlearn's layout, with reference flow rates and pressures",
     )
     p.add_argument(
         "stokes",
+        type=_path,
         nargs="*",
         metavar="FILE",
         help="what flowlearn stokes DATA --mesh walls --cells-per-voxel R -o FILE wrote, at two R (several files per "
@@ -613,7 +656,7 @@ def _run_check(args: argparse.Namespace) -> int:
 def _check_arguments(p: argparse.ArgumentParser) -> None:
     from flowlearn.data.conservation import MARGIN, TOLERANCE
 
-    p.add_argument("data", nargs="+", help="HDF5 fracture file(s), either layout")
+    p.add_argument("data", type=_path, nargs="+", help="HDF5 fracture file(s), either layout")
     p.add_argument(
         "--margin",
         type=_non_negative_int,
@@ -651,6 +694,39 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _path(text: str) -> str:
+    """An argparse type: a file or folder name, not empty (an unset shell variable, say), which the commands would
+    otherwise take for the current directory or for no value."""
+    if not text:
+        raise argparse.ArgumentTypeError("must be a path, got ''")
+    return text
+
+
+def _checked(convert: Callable[[str], Any], check: Callable[[Any], Any], kind: str) -> Callable[[str], Any]:
+    """An argparse type: ``check(convert(text))``, refused with the check's problem (a
+    :class:`~flowlearn.errors.SettingError`'s) or, for text ``convert`` cannot read, argparse's own wording."""
+
+    def parse(text: str) -> Any:
+        try:
+            return check(convert(text))
+        except ValueError as err:  # SettingError is one
+            problem = err.problem if isinstance(err, SettingError) else f"invalid {kind} value: {text!r}"
+            raise argparse.ArgumentTypeError(problem) from None
+
+    return parse
+
+
+# A figure resolution (check_dpi) and metres per voxel (check_voxel_size).
+_dpi = _checked(int, check_dpi, "int")
+_voxel_size = _checked(float, check_voxel_size, "float")
+
+
+def _voxel_range() -> str:
+    """The voxel sizes a command takes, as its help says them."""
+    low, high = VOXEL_SIZE
+    return f"[{low:g}, {high:g}]"
+
+
 def _run_ensemble(args: argparse.Namespace) -> int:
     from flowlearn.data.schema import check_writable
     from flowlearn.reporting.ensemble import MIN_MEMBERS, write_ensemble
@@ -659,7 +735,7 @@ def _run_ensemble(args: argparse.Namespace) -> int:
         raise SettingError(
             "PREDICTIONS", f"must be at least {MIN_MEMBERS} files (the members), got {len(args.predictions)}"
         )
-    _check_new_output(args.output, args.predictions, "the members")
+    _check_new_output(args.output, args.predictions, "one of the members")
     resolved = [Path(path).resolve() for path in args.predictions]
     for i, path in enumerate(args.predictions):
         if resolved[i] in resolved[:i]:
@@ -677,9 +753,12 @@ def _run_ensemble(args: argparse.Namespace) -> int:
 
 def _ensemble_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "predictions", nargs="+", help="the members' predictions files (two or more, all different)"
+        "predictions",
+        type=_path,
+        nargs="+",
+        help="the members' predictions files (two or more, all different)",
     )
-    p.add_argument("-o", "--output", required=True, help="predictions file to write")
+    p.add_argument("-o", "--output", type=_path, required=True, help="predictions file to write")
     p.add_argument(
         "--level",
         type=_probability,
@@ -730,7 +809,9 @@ def _run_evaluate(args: argparse.Namespace) -> int:
 def _evaluate_arguments(p: argparse.ArgumentParser) -> None:
     from flowlearn.training.metrics import STAGES
 
-    p.add_argument("predictions", help="predictions.h5 of a run, or a file written by flowlearn predict")
+    p.add_argument(
+        "predictions", type=_path, help="predictions.h5 of a run, or a file written by flowlearn predict"
+    )
     p.add_argument(
         "--split",
         choices=(*STAGES, "predict"),
@@ -759,6 +840,7 @@ def _run_stokes(args: argparse.Namespace) -> int:
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
     check_cores("--processes", settings.processes)
     if args.output is not None:
+        _check_new_output(args.output, [args.data], "the input DATA")
         check_writable(args.output)
     names = _named_fractures(args.data, args.fracture)
     sources = [read_fracture(args.data, name) for name in names]
@@ -798,21 +880,26 @@ def _run_stokes(args: argparse.Namespace) -> int:
 
 
 def _stokes_arguments(p: argparse.ArgumentParser) -> None:
-    from flowlearn.data.stokes import StokesSettings
+    from flowlearn.data.stokes import MAX_ITERATIONS, StokesSettings
 
     d = StokesSettings()
-    p.add_argument("data", help="HDF5 fracture file, either layout (the walls are used where it stores them)")
+    p.add_argument(
+        "data", type=_path, help="HDF5 fracture file, either layout (the walls are used where it stores them)"
+    )
     p.add_argument(
         "--fracture", action="append", metavar="NAME", help="solve this fracture (repeatable; default: all)"
     )
     p.add_argument(
-        "-o", "--output", help="HDF5 file to write the Stokes pressure and flow rate to (flowlearn layout)"
+        "-o",
+        "--output",
+        type=_path,
+        help="HDF5 file to write the Stokes pressure and flow rate to (flowlearn layout; not DATA)",
     )
     p.add_argument(
         "--voxel-size",
-        type=_positive_float,
+        type=_voxel_size,
         metavar="M",
-        help="metres per voxel, for files that do not store it (default: each fracture's own)",
+        help=f"metres per voxel, in {_voxel_range()}, for files that do not store it (default: each fracture's own)",
     )
     p.add_argument(
         "--mesh",
@@ -847,7 +934,7 @@ def _stokes_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         default=d.max_iterations,
-        help="fail when not steady by then",
+        help=f"fail when not steady by then, at most {MAX_ITERATIONS}",
     )
     p.add_argument(
         "--processes",
@@ -864,7 +951,10 @@ def _stokes_arguments(p: argparse.ArgumentParser) -> None:
         help="the velocity's under-relaxation, in (0, 1]: lower it (0.7) where a solve diverges",
     )
     p.add_argument(
-        "--case-dir", metavar="DIR", help="keep each fracture's OpenFOAM case in DIR/NAME (for ParaView)"
+        "--case-dir",
+        type=_path,
+        metavar="DIR",
+        help="keep each fracture's OpenFOAM case in DIR/NAME (for ParaView)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 

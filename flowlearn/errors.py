@@ -110,6 +110,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ProblemError,
     SolveInputError,
     ConvergenceError,
+    # A reference simulation stopped at the step limit its settings give it: the message says which to raise.
+    ReferenceConvergenceError,
     SolutionError,
     DivergenceError,
     ConfigError,

@@ -13,6 +13,7 @@ import importlib.util
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,11 @@ def files(tmp_path_factory) -> dict[str, Path]:
                 group[name] = np.array(values)
     with h5py.File(made.setdefault("original", base / "original.h5"), "w") as f:
         f.create_dataset("fracture_1/aperture_field", data=np.full((1, 1, 6, 8), 0.5))
+    # A field declaring 7.3 TiB in a file of kilobytes (chunked, no chunk written): more than any machine has.
+    with h5py.File(made.setdefault("original_huge", base / "original_huge.h5"), "w") as f:
+        f.create_dataset(
+            "fracture_1/aperture_field", shape=(1, 1, 10**6, 10**6), dtype="f8", chunks=(1, 1, 100, 100)
+        )
     with h5py.File(made.setdefault("no_groups", base / "no_groups.h5"), "w") as f:
         f.attrs["schema"], f.attrs["schema_version"] = "flowlearn-fractures", 1
     with h5py.File(made.setdefault("version", base / "version.h5"), "w") as f:
@@ -122,6 +128,12 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "provenance_list": lambda g: g.attrs.__setitem__("provenance", "[1, 2]"),
         # One pixel across the flow: no slope between pixels.
         "one_row": _keep_first_row,
+        # A version that is no integer; a mask of another dtype than the schema's bool.
+        "version_text": lambda g: g.file.attrs.__setitem__("schema_version", "one"),
+        "version_half": lambda g: g.file.attrs.__setitem__("schema_version", 1.5),
+        "float_mask": lambda g: g.create_dataset("mask", data=np.ones((6, 8))),
+        "int_mask": lambda g: g.create_dataset("mask", data=np.ones((6, 8), dtype=np.int8)),
+        "huge": _declare_huge_aperture,
     }.items():
         made[name] = base / f"{name}.h5"
         shutil.copy(good, made[name])
@@ -135,6 +147,12 @@ def _keep_first_row(group: h5py.Group) -> None:
         row = group[name][:1]
         del group[name]
         group[name] = row
+
+
+def _declare_huge_aperture(group: h5py.Group) -> None:
+    """An aperture of 10^6 x 10^6 float64 (7.3 TiB) that takes no room in the file: chunked, no chunk written."""
+    del group["aperture"]
+    group.create_dataset("aperture", shape=(10**6, 10**6), dtype="f8", chunks=(100, 100))
 
 
 def _add_walls(group: h5py.Group, bottom: float, top: float) -> None:
@@ -170,11 +188,59 @@ CONFIG_ROWS = [
     ("seed=abc", "seed must be an integer in [0, 4294967295], got 'abc'"),
     ("seed=-1", "seed must be an integer in [0, 4294967295], got -1"),
     ("seed=1.5", "seed must be an integer"),
+    # null for a key whose default is a value: a traceback from numpy, torch or Lightning, or a silent default.
+    ("seed=null", "seed is null: give it a value (configs/ has its default)"),
+    ("trainer.max_epochs=null", "trainer.max_epochs is null: give it a value"),
+    ("loss.pressure=null", "loss.pressure is null: give it a value"),
+    ("model.inputs=null", "model.inputs is null: give it a value"),
+    ("solver.reuse=null", "solver.reuse is null: give it a value"),
+    ("data.seed=-1", "data.seed must be an integer in [0, 4294967295], got -1"),
+    ("data.seed=abc", "data.seed must be an integer in [0, 4294967295], got 'abc'"),
+    # A group removed: the run cannot be built without it.
+    ("~logger", "logger: a run needs one (it was removed or set to null); choose one of configs/logger/"),
+    ("~callbacks", "callbacks: a run needs one (it was removed or set to null)"),
+    # A misspelt loss key was ignored.
+    (
+        "+loss.flow_rate_weigth=0.1",
+        "loss.flow_rate_weigth is not a loss setting: use flow_rate_weight, pressure",
+    ),
+    # 1,000 workers hung the machine.
+    (
+        f"data.num_workers={usable_cores() + 1}",
+        f"data.num_workers must be an integer in [0, {usable_cores()}], got {usable_cores() + 1}",
+    ),
+    # Lightning's own checks of these were tracebacks (a division by zero for 0) or several lines.
+    (
+        "+trainer.val_check_interval=0",
+        "trainer.val_check_interval must be a positive integer (batches) or a fraction in (0, 1], got 0",
+    ),
+    ("+trainer.val_check_interval=2.0", "trainer.val_check_interval must be a positive integer"),
+    ("+trainer.max_time=-1", "trainer.max_time must be DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping"),
+    (
+        "+trainer.limit_val_batches=-1",
+        "trainer.limit_val_batches must be an integer >= 0 (batches) or a fraction",
+    ),
+    ("trainer.accelerator=tpu", "trainer.accelerator must be cpu or auto"),
+    (
+        "callbacks.model_checkpoint.save_last=maybe",
+        "callbacks.model_checkpoint.save_last must be true or false",
+    ),
+    ("+optimizer.amsgrad=maybe", "optimizer.amsgrad must be true or false, got 'maybe'"),
+    # Empty paths: the current directory, where the checkpoints were written.
+    ("callbacks.model_checkpoint.dirpath=''", "callbacks.model_checkpoint.dirpath is empty: give a folder"),
+    ("data.path=''", "data.path is empty: give a file"),
+    ("ckpt_path=''", "ckpt_path is empty: give a checkpoint"),
+    # Refused after two processes had started, the error printed twice.
+    (
+        "trainer=ddp optimizer=gauss_newton",
+        "optimizer=gauss_newton runs in one process: its steps need the residuals of the whole batch, which "
+        "trainer.devices=2 processes would split; use trainer=default",
+    ),
     ("seed=4294967296", "seed must be an integer in [0, 4294967295], got 4294967296"),
     ("data.batch_size=2.5", "data.batch_size must be a positive integer, got 2.5"),
     ("data.batch_size=0", "data.batch_size must be a positive integer, got 0"),
     ("data.batch_size=abc", "data.batch_size must be a positive integer, got 'abc'"),
-    ("data.num_workers=-1", "data.num_workers must be an integer >= 0, got -1"),
+    ("data.num_workers=-1", "data.num_workers must be an integer in [0, "),
     ("data.slope_smoothing=-1", "data.slope_smoothing must be a number in [0, 100), got -1"),
     ("data.slope_smoothing=1000", "data.slope_smoothing must be a number in [0, 100), got 1000"),
     ("data.slope_smoothing=abc", "data.slope_smoothing must be a number in [0, 100), got 'abc'"),
@@ -306,7 +372,7 @@ CONFIG_ROWS = [
         "trainer.limit_train_batches must be a positive integer (batches) or a fraction",
     ),
     ("+trainer.strategy=foo", "trainer: You selected an invalid strategy name: `strategy='foo'`"),
-    ("+trainer.max_time=abc", "trainer: `Timer(duration='abc')` is not a valid duration"),
+    ("+trainer.max_time=abc", "trainer.max_time must be DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping of days"),
     ("solver.name=foo", "solver: unknown solver 'foo'; choose one of"),
     (
         "model._target_=flowlearn.models.Foo",
@@ -530,6 +596,22 @@ def test_a_diverging_run_on_the_embedded_dataset(tmp_path, capsys, monkeypatch, 
     _one_line(status, err, "training diverged at epoch 0", f"lower optimizer.lr (now {float(lr):g})")
 
 
+def test_a_fit_at_round_off_is_not_taken_for_divergence(tmp_path, capsys, monkeypatch):
+    # Uniform gaps, which the LCL and the pixel model fit exactly: the loss wanders between 1e-30 and 1e-24, which
+    # stopped the run as "diverged" (a million times its lowest).
+    plates = tmp_path / "plates.h5"
+    write_fractures(plates, [_fracture("plates")])
+    overrides = [
+        f"data.path={plates}",
+        "model=pixel",
+        "law=lcl",
+        "data.fractions=[1,0,0]",
+        "~callbacks.figures",
+    ]
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, [*overrides, "trainer.max_epochs=5"])
+    assert status == 0 and "diverged" not in err, err
+
+
 def test_a_network_beyond_the_memory_names_the_largest_kernel_that_fits(tmp_path, capsys, monkeypatch):
     # 1 GiB available, whatever this machine has: a kernel of 31 on 64x64 maps in batches of 4 needs about 7 GiB.
     monkeypatch.setattr(build, "available_memory", lambda: 2**30)
@@ -588,9 +670,30 @@ CORES = usable_cores()
 TOO_MANY = str(CORES + 1)
 
 GENERATE_ROWS = [
-    (["--count", "-1"], "--count must be an integer >= 1, got -1"),
-    (["--count", "0"], "--count must be an integer >= 1, got 0"),
+    (["--count", "-1"], "--count must be an integer in [1, 1000000], got -1"),
+    (["--count", "0"], "--count must be an integer in [1, 1000000], got 0"),
     (["--count", "abc"], "argument --count: invalid int value: 'abc'"),
+    # The rows of a bound refused before --threads, which is refused next: where the bound were missing, the row
+    # would fail at once, not generate (10^12 fractures had filled the memory with their indices).
+    (
+        ["--count", "1000000000000", "--threads", TOO_MANY],
+        "--count must be an integer in [1, 1000000], got 1000000000000",
+    ),
+    (
+        ["--count", "1000001", "--threads", TOO_MANY],
+        "--count must be an integer in [1, 1000000], got 1000001",
+    ),
+    (
+        ["--voxel-size", "1e-300", "--threads", TOO_MANY],
+        "--voxel-size must be a number in [1e-09, 1] (metres per voxel: a nanometre to a metre), got 1e-300",
+    ),
+    (
+        ["--voxel-size", "1e10", "--threads", TOO_MANY],
+        "--voxel-size must be a number in [1e-09, 1] (metres per voxel: a nanometre to a metre), got 10000000000.0",
+    ),
+    # At 1.9 the LBM went unstable (a NaN flow rate) and ran its 200,000 steps before failing.
+    (["--density-drop", "1.9", "--threads", TOO_MANY], "--density-drop must be in (0, 0.1], got 1.9"),
+    (["--density-drop", "0.11", "--threads", TOO_MANY], "--density-drop must be in (0, 0.1], got 0.11"),
     (["--shape", "0", "8"], "--shape must be two integers >= 2 (H W), got (0, 8)"),
     (["--shape", "8"], "argument --shape: expected 2 arguments"),
     (["--shape", "8", "-4"], "--shape must be two integers >= 2"),
@@ -642,18 +745,24 @@ GENERATE_ROWS = [
     (["--recipe", "winding", "--mismatch-length", "0"], "--mismatch-length must be > 0"),
     (["--seed", "-5"], "--seed must be an integer >= 0, got -5"),
     (["--refine-every", "-1"], "--refine-every must be an integer >= 0 (0: no fracture is refined), got -1"),
-    (["--voxel-size", "0"], "--voxel-size must be > 0, got 0.0"),
+    (
+        ["--voxel-size", "0"],
+        "--voxel-size must be a number in [1e-09, 1] (metres per voxel: a nanometre to a metre), got 0.0",
+    ),
     # argparse takes "-1e-5" for an option, not a negative number: the error says how to write it.
     (
         ["--voxel-size", "-1e-5"],
         "argument --voxel-size: expected one argument; a value that starts with '-' is written attached: "
         "--voxel-size=-1e-5",
     ),
-    (["--voxel-size=-1e-5"], "--voxel-size must be > 0, got -1e-05"),
+    (
+        ["--voxel-size=-1e-5"],
+        "--voxel-size must be a number in [1e-09, 1] (metres per voxel: a nanometre to a metre), got -1e-05",
+    ),
     (["--omega", "3"], "--omega must be in (0, 2), got 3.0"),
     (["--omega", "0"], "--omega must be in (0, 2), got 0.0"),
     (["--omega", "2"], "--omega must be in (0, 2), got 2.0"),
-    (["--density-drop", "0"], "--density-drop must be in (0, 2), got 0.0"),
+    (["--density-drop", "0"], "--density-drop must be in (0, 0.1], got 0.0"),
     (["--tolerance", "0"], "--tolerance must be > 0, got 0.0"),
     (["--tolerance=-1e-6"], "--tolerance must be > 0"),
     (["--check-interval", "0"], "--check-interval must be an integer >= 1, got 0"),
@@ -706,6 +815,18 @@ def test_generate_without_a_compiler_says_which_to_install(tmp_path, capsys, mon
     status, err = _flowlearn(capsys, "generate", str(tmp_path / "out.h5"), "--quiet", "--count", "1")
     _one_line(status, err, "neither g++ nor clang++ is on PATH: install one (e.g. apt-get install g++)")
     assert not (tmp_path / "out.h5").exists()
+
+
+def test_generate_not_steady_by_max_steps_names_the_option(tmp_path, capsys):
+    # Where it had ended in a 27-line traceback of the LBM's.
+    pytest.importorskip("lbmpy")
+    output = tmp_path / "out.h5"
+    argv = ["generate", str(output), "--quiet", "--count", "1", "--max-steps", "100", "--threads", "1"]
+    status, err = _flowlearn(
+        capsys, *argv, "--shape", "32", "32", "--recipe", "winding", "--mean-aperture", "4"
+    )
+    _one_line(status, err, "fracture_000: LBM not steady after 101 steps", "raise --max-steps (now 100)")
+    assert not output.exists()
 
 
 # `flowlearn generate --slurm`: settings checked before the cluster is asked (tests/test_generate_slurm.py has what a
@@ -844,6 +965,24 @@ COMMAND_ROWS = [
     (["convert", "{corrupt}", "{tmp}/out.h5"], "{corrupt}"),
     (["convert", "{nan}", "{tmp}/out.h5"], "field 'pressure'"),
     (["convert", "{good}", "{folder}"], "{folder}: is a directory"),
+    # An empty path (an unset shell variable) had been read as the current directory, or as no value.
+    (["convert", "", "{tmp}/out.h5"], "argument src: must be a path, got ''"),
+    (["convert", "{good}", ""], "argument dst: must be a path, got ''"),
+    (["report", "{run}", "-o", ""], "argument -o/--output: must be a path, got ''"),
+    (
+        ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", ""],
+        "argument --checkpoint: must be a path, got ''",
+    ),
+    (["predict", "{run}", "{good}", "-o", ""], "argument -o/--output: must be a path, got ''"),
+    (["departure", "{good}", "--figure", ""], "argument --figure: must be a path, got ''"),
+    (["stokes", "{good}", "--case-dir", ""], "argument --case-dir: must be a path, got ''"),
+    (["stokes", "{good}", "-o", ""], "argument -o/--output: must be a path, got ''"),
+    (["check", "{good}", ""], "argument data: must be a path, got ''"),
+    (["evaluate", ""], "argument predictions: must be a path, got ''"),
+    (["ensemble", "{good}", "{nan}", "-o", ""], "argument -o/--output: must be a path, got ''"),
+    (["refine", ""], "argument data: must be a path, got ''"),
+    (["smooth-walls", "{good}", ""], "argument FILE: must be a path, got ''"),
+    (["generate", ""], "argument output: must be a path, got ''"),
     (["convert", "{folder}", "{tmp}/out.h5"], "{folder}: a directory, not an HDF5 fracture file"),
     (["convert", "{good}", "{good}/out.h5"], "{good}/out.h5: cannot write here"),
     (["convert", "{good}", "{tmp}/out.h5", "--layout", "matlab"], "argument --layout: invalid choice"),
@@ -871,6 +1010,16 @@ COMMAND_ROWS = [
     (
         ["predict", "{run}", "{nan}", "{good}", "-o", "{good}"],
         "--output {good} is one of the inputs: give a new file",
+    ),
+    (
+        ["predict", "{run}", "{good}", "-o", "{run}/predictions.h5"],
+        "--output {run}/predictions.h5 is the run's own predictions.h5: give a new file",
+    ),
+    # A fracture is named by its file's name and group: one file twice gives every fracture of it twice.
+    (
+        ["predict", "{run}", "{good}", "{nan}", "{good}", "-o", "{tmp}/p.h5"],
+        "INPUTS: {good} and {good} share the file name 'good', which names their fractures (good/<group>): give "
+        "each file once, and rename one of two files of one name",
     ),
     (
         ["predict", "{run}", "{good}", "-o", "{tmp}/p.h5", "--checkpoint", "{folder}"],
@@ -903,6 +1052,31 @@ COMMAND_ROWS = [
     (["check", "{folder}"], "{folder}: a directory, not an HDF5 fracture file"),
     (["check", "{nan}"], "{nan}: group 'f2': field 'pressure': 1 non-finite"),
     (["check", "{narrow}"], "{narrow}: group 'f0': field 'aperture': shape (1, 2)"),
+    # Every reader detects the layout first: a version that is no integer had been a traceback, or read as 1.
+    (
+        ["check", "{version_text}"],
+        "{version_text}: root attribute 'schema_version' is 'one'; expected an integer (this flowlearn reads "
+        "version 1)",
+    ),
+    (
+        ["convert", "{version_half}", "{tmp}/out.h5"],
+        "{version_half}: root attribute 'schema_version' is 1.5; expected an integer (this flowlearn reads "
+        "version 1)",
+    ),
+    # Refused before numpy tries to allocate the declared array.
+    (
+        ["check", "{huge}"],
+        "{huge}: group 'f2': field 'aperture': shape (1000000, 1000000) of float64 needs 7.45e+03 GiB, more than "
+        "the ",
+    ),
+    (
+        ["check", "{original_huge}"],
+        "{original_huge}: group 'fracture_1': field 'aperture_field': shape (1, 1, 1000000, 1000000) of float64 "
+        "needs 7.45e+03 GiB, more than the ",
+    ),
+    # The schema's mask is bool; a cast had made every non-zero value an active cell.
+    (["check", "{float_mask}"], "{float_mask}: group 'f2': field 'mask': expected a bool dtype, got float64"),
+    (["check", "{int_mask}"], "{int_mask}: group 'f2': field 'mask': expected a bool dtype, got int8"),
     (["check", "{good}", "--margin", "-1"], "argument --margin: must be an integer >= 0, got -1"),
     (["check", "{good}", "--margin", "two"], "argument --margin: invalid int value: 'two'"),
     # The good file's maps are 8 columns wide: a margin of 3 leaves one column pair, nothing to check.
@@ -955,7 +1129,19 @@ COMMAND_ROWS = [
     (["stokes", "{good}", "--cells-per-voxel", "0"], "--cells-per-voxel must be an integer >= 1, got 0"),
     (["stokes", "{good}", "--reservoir", "-1"], "--reservoir must be an integer >= 0, got -1"),
     (["stokes", "{good}", "--tolerance", "1"], "--tolerance must be in (0, 1), got 1"),
-    (["stokes", "{good}", "--max-iterations", "0"], "--max-iterations must be an integer >= 1, got 0"),
+    (
+        ["stokes", "{good}", "--max-iterations", "0"],
+        "--max-iterations must be an integer in [1, 2147483647], got 0",
+    ),
+    # OpenFOAM reads the count as a 32-bit label: blockMesh had failed with a 39-line stack dump.
+    (
+        ["stokes", "{good}", "--max-iterations", "2147483648"],
+        "--max-iterations must be an integer in [1, 2147483647], got 2147483648",
+    ),
+    (
+        ["stokes", "{good}", "--max-iterations", "1000000000000000000000"],
+        "--max-iterations must be an integer in [1, 2147483647], got 1000000000000000000000",
+    ),
     (["stokes", "{good}", "--processes", "0"], "--processes must be an integer >= 1, got 0"),
     (
         ["stokes", "{good}", "--processes", TOO_MANY],
@@ -963,11 +1149,19 @@ COMMAND_ROWS = [
     ),
     (["stokes", "{good}", "--relaxation", "0"], "--relaxation must be in (0, 1], got 0.0"),
     (["stokes", "{good}", "--relaxation", "1.5"], "--relaxation must be in (0, 1], got 1.5"),
-    (["stokes", "{good}", "--voxel-size", "0"], "argument --voxel-size: must be a number > 0, got 0"),
+    *(
+        (
+            ["stokes", "{good}", "--voxel-size", size],
+            "argument --voxel-size: must be a number in [1e-09, 1] (metres per voxel: a nanometre to a metre), "
+            f"got {shown}",
+        )
+        # 1e10 had been told "no fluid path joins the inlet column to the outlet column".
+        for size, shown in (("0", "0.0"), ("1e10", "10000000000.0"), ("1e-10", "1e-10"), ("nan", "nan"))
+    ),
     (["stokes", "{blocked}"], "{blocked}, f2: no fluid path joins the inlet column to the outlet column"),
     (
-        ["stokes", "{good}", "--voxel-size", "1e-10"],
-        "{good}, f0: the Stokes mesh of this 6x8x1000000-voxel box at 1 cells per voxel needs about",
+        ["stokes", "{good}", "--voxel-size", "1e-9", "--cells-per-voxel", "8"],
+        "{good}, f0: the Stokes mesh of this 6x8x100000-voxel box at 8 cells per voxel needs about",
     ),
     (
         ["stokes", "{original}"],
@@ -979,8 +1173,8 @@ COMMAND_ROWS = [
         "{good}, f0: fracture 'f0': stores no walls (bottom, top), and the wall-fitted mesh follows them",
     ),
     (
-        ["stokes", "{walled}", "--fracture", "f2", "--mesh", "walls", "--voxel-size", "1e-12"],
-        "{walled}, f2: the wall-fitted Stokes mesh of this 6x8-voxel map at 1 cells per voxel may need",
+        ["stokes", "{walled}", "--fracture=f2", "--mesh=walls", "--voxel-size=1e-9", "--cells-per-voxel=8"],
+        "{walled}, f2: the wall-fitted Stokes mesh of this 6x8-voxel map at 8 cells per voxel may need",
     ),
     (["stokes", "{good}", "--case-dir", "{cases}"], "{cases}/f0: exists already; give a new folder"),
     # Checked with the rest, before the first solve (the case folder had failed to be made after it began).
@@ -1050,6 +1244,32 @@ def test_command_mistakes(files, fake_run, tmp_path, capsys, argv, message):
     names = {name: str(path) for name, path in files.items()} | {"tmp": str(tmp_path), "run": str(fake_run)}
     status, err = _flowlearn(capsys, *(a.format(**names) for a in argv))
     _one_line(status, err, message.format(**names))
+
+
+def test_predicting_two_inputs_of_one_file_name(files, fake_run, tmp_path, capsys):
+    # Both files' fractures would be named x/<group>: the second had failed with a 60-line traceback of h5py's.
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(files["good"], tmp_path / folder / "x.h5")
+    first, second = tmp_path / "a" / "x.h5", tmp_path / "b" / "x.h5"
+    status, err = _flowlearn(
+        capsys, "predict", str(fake_run), str(first), str(second), "-o", str(tmp_path / "p.h5")
+    )
+    _one_line(
+        status, err, f"INPUTS: {first} and {second} share the file name 'x', which names their fractures"
+    )
+    assert not (tmp_path / "p.h5").exists()
+
+
+def test_stokes_does_not_write_over_its_input(files, tmp_path, capsys):
+    # The Stokes solution had replaced the file's own reference, with status 0.
+    data = tmp_path / "data.h5"
+    shutil.copy(files["good"], data)
+    before = data.read_bytes()
+    output = f"{tmp_path}/./data.h5"  # the same file, named otherwise
+    status, err = _flowlearn(capsys, "stokes", str(data), "--quiet", "-o", output)
+    _one_line(status, err, f"--output {output} is the input DATA: give a new file")
+    assert data.read_bytes() == before
 
 
 def test_a_figure_dpi_out_of_range_in_the_config(files, tmp_path, capsys, monkeypatch):
@@ -1169,6 +1389,37 @@ def test_a_sweep_lists_a_run_whose_config_is_damaged(trained_runs, tmp_path, cap
     assert "| unreadable: " in table and "[0](0/report.md)" in table
 
 
+@pytest.mark.parametrize(
+    "contents, message",
+    [
+        (b"", "predictions.h5: empty file (0 bytes)"),
+        (b"not HDF5", "predictions.h5: not an HDF5 file"),
+    ],
+)
+def test_a_sweep_lists_a_run_whose_predictions_are_damaged(trained_runs, tmp_path, capsys, contents, message):
+    # The runs before and after it are reported, and so is the table; the sweep had stopped at it with status 2.
+    sweep = tmp_path / "sweep"
+    for name in ("0", "1", "2"):
+        shutil.copytree(trained_runs["cnn"], sweep / name)
+    (sweep / "1" / "predictions.h5").write_bytes(contents)
+    status, err = _flowlearn(capsys, "report", str(sweep))
+    assert status == 1 and "Traceback" not in err, err
+    assert f"{sweep / '1'} is unreadable: {sweep / '1' / message}" in err
+    table = (sweep / "report.md").read_text()
+    assert "| 1 | " in table and "| unreadable: " in table
+    assert "[0](0/report.md)" in table and "[2](2/report.md)" in table
+
+
+def test_reporting_a_run_whose_metrics_are_not_text(trained_runs, tmp_path, capsys):
+    # Bytes that are no UTF-8 had ended in a UnicodeDecodeError's traceback.
+    run = tmp_path / "run"
+    shutil.copytree(trained_runs["cnn"], run)
+    (run / "metrics.csv").write_bytes(b"epoch,step\n\xff\xfe\n")
+    status, err = _flowlearn(capsys, "report", str(run))
+    _one_line(status, err, f"{run / 'metrics.csv'}: not a metrics file of Lightning's CSV logger (")
+    assert not (run / "report.md").exists() and not (run / "figures").exists()
+
+
 def test_predicting_on_volumes_with_a_run_of_maps(files, trained_runs, tmp_path, capsys):
     volumes = tmp_path / "volumes.h5"
     shape = (3, 6, 8)
@@ -1182,7 +1433,9 @@ def test_predicting_on_volumes_with_a_run_of_maps(files, trained_runs, tmp_path,
     assert not (tmp_path / "p.h5").exists()
 
 
-@pytest.mark.parametrize("source, option", [("blocked", []), ("good", ["--voxel-size", "1e-10"])])
+@pytest.mark.parametrize(
+    "source, option", [("blocked", []), ("good", ["--voxel-size", "1e-9", "--cells-per-voxel", "8"])]
+)
 def test_a_fracture_the_stokes_solve_cannot_mesh_stops_before_anything_is_written(
     files, tmp_path, capsys, source, option
 ):
@@ -1286,6 +1539,17 @@ def test_a_read_only_folder(files, fake_run, tmp_path, capsys):
         # Refused before the run is read or any figure drawn.
         status, err = _flowlearn(capsys, "report", str(fake_run), "--output", str(read_only / "report"))
         _one_line(status, err, f"{read_only / 'report' / 'report.md'}: cannot write here", "not writable")
+
+
+def test_an_output_that_is_no_regular_file_is_left_alone(files, tmp_path, capsys):
+    # The atomic rename of the written file had replaced it (as root, even the device /dev/full). Only a FIFO made
+    # here: the test must never point a command at a real device.
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    status, err = _flowlearn(capsys, "convert", str(files["good"]), str(pipe))
+    _one_line(status, err, f"{pipe}: is a FIFO (named pipe), not a regular file; give a file name to write")
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    assert os.listdir(tmp_path) == ["pipe"]  # no temporary file left behind
 
 
 # ----------------------------------------------------------------------------------- in a real process, a few

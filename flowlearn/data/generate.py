@@ -24,7 +24,14 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from flowlearn.checks import available_memory, check_map_shape, check_setting, is_integer, is_number
+from flowlearn.checks import (
+    available_memory,
+    check_map_shape,
+    check_setting,
+    check_voxel_size,
+    is_integer,
+    is_number,
+)
 from flowlearn.data.convergence import refinement_change
 from flowlearn.data.departure import lcl_flow_rate
 from flowlearn.data.lbm import LBMSettings, least_box_bytes, library_versions, pick_target, simulate
@@ -33,7 +40,12 @@ from flowlearn.data.refinement import measured_convergence
 from flowlearn.data.roughness import RoughFracture, geometry_stats
 from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture, atomic_path, read_fracture, write_fractures
 from flowlearn.data.voxels import voxelize
-from flowlearn.errors import ProblemError, SettingError
+from flowlearn.errors import ProblemError, ReferenceConvergenceError, SettingError
+
+# The most fractures one dataset may hold. A generation lists the indices still to make and keeps one part file per
+# fracture until all are done; a count of 10^12 filled the memory with that list before anything was printed. At the
+# LBM's seconds per fracture of the smallest maps, a million fractures is years of one machine's time already.
+MAX_COUNT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -44,12 +56,13 @@ class DatasetConfig:
     with ``numpy.random.default_rng([seed, i])`` and synthesises its walls with seed ``seed + i``.
 
     Attributes:
-        count: number of fractures.
+        count: number of fractures, in [1, :data:`MAX_COUNT`].
         shape: (H, W) of each aperture map.
         mean_aperture: the fractures' mean aperture (voxels): the LBM's resolution across the gap.
         recipe: what the fractures draw (:data:`~flowlearn.data.recipes.RECIPES`).
         seed: seed of the first fracture.
-        voxel_size: metres per voxel, used to store apertures, walls and flow rates in metres.
+        voxel_size: metres per voxel, used to store apertures, walls and flow rates in metres; in
+            :data:`~flowlearn.checks.VOXEL_SIZE` (a nanometre to a metre).
         lbm: numerical settings of the LBM runs.
         refine_every: every this many fractures (indices 0, n, 2n, ...), the LBM also runs on the grid 2× finer and
             the fracture's provenance records the flow rate's change (``convergence``); 0: never. Each such
@@ -73,11 +86,12 @@ class DatasetConfig:
             self.refine_every,
         )
         check_setting(
-            is_integer(self.count) and self.count >= 1, "count", "must be an integer >= 1", self.count
+            is_integer(self.count) and 1 <= self.count <= MAX_COUNT,
+            "count",
+            f"must be an integer in [1, {MAX_COUNT}]",
+            self.count,
         )
-        check_setting(
-            is_number(self.voxel_size) and self.voxel_size > 0, "voxel_size", "must be > 0", self.voxel_size
-        )
+        check_voxel_size(self.voxel_size)
         check_setting(is_integer(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0", self.seed)
         shape = check_map_shape(self.shape)
         check_setting(
@@ -163,6 +177,8 @@ def _make(config: DatasetConfig, index: int, lbm: LBMSettings) -> Fracture:
             f"{fracture_name(index)} (drawn {config.draws(index)}): {err}; raise the mean aperture, or lower the "
             "roughness or the contact fraction"
         ) from err
+    except ReferenceConvergenceError as err:
+        raise ReferenceConvergenceError(f"{fracture_name(index)}: {err}") from err
     fracture.provenance["dataset"] = {"index": index, "drawn": config.draws(index)}
     if config.refine_every and index % config.refine_every == 0:
         change = refinement_change(walls.bottom, walls.top, fracture.flow_rate / config.voxel_size**3, lbm)

@@ -44,6 +44,7 @@ import io
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ from typing import Any, Literal
 import h5py
 import numpy as np
 
-from flowlearn.checks import nonfinite
+from flowlearn.checks import available_memory, nonfinite
 from flowlearn.errors import DataValidationError, OutputError
 
 SCHEMA_NAME = "flowlearn-fractures"
@@ -360,8 +361,17 @@ def _open(path: str | os.PathLike) -> Iterator[h5py.File]:
 
 
 def _read_dataset(path: str | os.PathLike, group: str, obj: h5py.Group, name: str) -> np.ndarray:
+    """The dataset ``name`` of ``obj`` as an array; :class:`DataValidationError` where it cannot be read, or where it
+    declares more bytes than this machine has available (a chunked dataset of a tiny file may declare any shape)."""
     try:
-        return obj[name][()]
+        dataset = obj[name]
+        memory = available_memory()
+        if dataset.nbytes > memory:
+            raise DataValidationError(
+                f"{_where(path, group, name)}: shape {dataset.shape} of {dataset.dtype} needs "
+                f"{dataset.nbytes / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB this machine has available"
+            )
+        return dataset[()]
     except (OSError, KeyError, RuntimeError) as err:
         raise DataValidationError(
             f"{_where(path, group, name)}: cannot be read (truncated or corrupt file?): {err}"
@@ -372,7 +382,18 @@ def detect_layout(f: h5py.File, path: str | os.PathLike) -> Layout:
     """Return "flowlearn" when the root carries the schema attribute, "original" when every group holds
     ``aperture_field``; raise :class:`DataValidationError` otherwise."""
     if f.attrs.get("schema") == SCHEMA_NAME:
-        version = int(f.attrs.get("schema_version", -1))
+        if "schema_version" not in f.attrs:
+            raise DataValidationError(f"{_where(path)}: missing root attribute 'schema_version'")
+        value = f.attrs["schema_version"]
+        version = np.asarray(value)
+        if version.size != 1 or not np.issubdtype(version.dtype, np.integer):
+            shown = value.decode(errors="replace") if isinstance(value, bytes) else value
+            shown = shown.item() if isinstance(shown, np.generic) else shown
+            raise DataValidationError(
+                f"{_where(path)}: root attribute 'schema_version' is {shown!r}; expected an integer (this flowlearn "
+                f"reads version {SCHEMA_VERSION})"
+            )
+        version = int(version.reshape(()))
         if version != SCHEMA_VERSION:
             raise DataValidationError(
                 f"{_where(path)}: schema_version {version} is not supported (expected {SCHEMA_VERSION})"
@@ -446,7 +467,11 @@ def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout
     for attr in (*REQUIRED_ATTRS, *(PRESSURE_ATTRS if "pressure" in g else ())):
         if attr not in g.attrs:
             raise DataValidationError(f"{_where(path, name)}: missing attribute '{attr}'")
-    mask = _read_dataset(path, name, g, "mask").astype(bool) if "mask" in g else None
+    mask = _read_dataset(path, name, g, "mask") if "mask" in g else None
+    if mask is not None and mask.dtype != bool:
+        # The schema's mask is bool: cast to bool, a float mask's 0.5 or an int mask's 2 would count as active cells,
+        # whatever the file meant by them.
+        raise DataValidationError(f"{_where(path, name, 'mask')}: expected a bool dtype, got {mask.dtype}")
     flow_axis = g.attrs["flow_axis"]
     return Fracture(
         name=name,
@@ -575,11 +600,11 @@ def read_fractures(path: str | os.PathLike, validate: bool = True) -> list[Fract
 
 
 def check_writable(path: str | os.PathLike) -> None:
-    """Raise :class:`OutputError` unless a file ``path`` could be written: it is no directory, and its nearest
-    existing folder is one this process may write into. For checks before long work; writes check again."""
+    """Raise :class:`OutputError` unless a file ``path`` could be written: it is absent or a regular file (no
+    directory, FIFO, socket or device), and its nearest existing folder is one this process may write into. For
+    checks before long work; writes check again."""
     target = Path(path)
-    if target.is_dir():
-        raise OutputError(f"{target}: is a directory; give a file name to write")
+    _check_replaceable(target)
     folder = target.absolute().parent
     while not folder.exists():
         folder = folder.parent
@@ -590,18 +615,40 @@ def check_writable(path: str | os.PathLike) -> None:
         raise OutputError(f"{target}: cannot write here: {folder} is not writable")
 
 
+# What an existing path that is no regular file is, by the file type bits of its mode.
+_SPECIAL_FILES = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _check_replaceable(target: Path) -> None:
+    """Raise :class:`OutputError` where ``target`` exists and is no regular file: a directory, or a FIFO, socket or
+    device, which the atomic rename of a written file would replace (as root, even /dev/full)."""
+    if target.is_dir():
+        raise OutputError(f"{target}: is a directory; give a file name to write")
+    try:
+        mode = target.stat().st_mode
+    except OSError:  # absent, or not to be looked at: the write says why
+        return
+    for is_kind, kind in _SPECIAL_FILES:
+        if is_kind(mode):
+            raise OutputError(f"{target}: is {kind}, not a regular file; give a file name to write")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success fsync it and rename it onto ``path``.
 
     The rename is atomic on POSIX, so readers see either the old file or the complete new one, and a writer
     killed part-way leaves at most a stray ``.<name>.*.tmp`` file, never a half-written ``path``. A place that
-    cannot be written (read-only, full, a directory named ``path``) raises :class:`OutputError`, and the
-    temporary file is removed.
+    cannot be written (read-only, full, a directory, FIFO, socket or device named ``path``) raises
+    :class:`OutputError`, and the temporary file is removed.
     """
     target = Path(path)
-    if target.is_dir():
-        raise OutputError(f"{target}: is a directory; give a file name to write")
+    _check_replaceable(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

@@ -92,6 +92,9 @@ BYTES_PER_FLUID_CELL = 2_000
 # iterations, not the steady solution: 3 (with relaxation 0.7) kept the steepest walls tried from diverging where 2
 # did not.
 NON_ORTHOGONAL_CORRECTORS = 3
+# The most SIMPLE iterations a solve may be given: OpenFOAM reads the case's writeInterval (the iteration count) as a
+# 32-bit label, and blockMesh failed with a stack dump on 2^31 and above.
+MAX_ITERATIONS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class StokesSettings:
         cells_per_voxel: r, finite-volume cells along each side of a voxel (r³ cells per voxel).
         reservoir: open columns (the box's full depth) before the inlet and after the outlet, as the LBM's.
         tolerance: steady when the normalised initial residuals of p and u are below.
-        max_iterations: SIMPLE iterations after which an unsteady solve fails.
+        max_iterations: SIMPLE iterations after which an unsteady solve fails, at most :data:`MAX_ITERATIONS`.
         processes: MPI processes (``mpirun -np``; 1: serial, no MPI).
         relaxation: under-relaxation factor of the velocity per SIMPLE iteration; lower is slower and steadier
             (a wall-fitted mesh of very steep walls may need 0.7).
@@ -135,9 +138,9 @@ class StokesSettings:
             self.tolerance,
         )
         check_setting(
-            is_integer(self.max_iterations) and self.max_iterations >= 1,
+            is_integer(self.max_iterations) and 1 <= self.max_iterations <= MAX_ITERATIONS,
             "max_iterations",
-            "must be an integer >= 1",
+            f"must be an integer in [1, {MAX_ITERATIONS}]",
             self.max_iterations,
         )
         check_setting(

@@ -16,7 +16,7 @@ import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from flowlearn.data.schema import atomic_path
-from flowlearn.errors import RunDirectoryError
+from flowlearn.errors import DataValidationError, RunDirectoryError
 from flowlearn.models.baselines import BASELINES, COMPARED, Baseline
 from flowlearn.reporting.figures import figure_set, plot_baselines, save_figures
 from flowlearn.reporting.heldout import split_metrics, verdict_table
@@ -146,7 +146,9 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     """Write the figure set and ``report.md`` of one finished run; returns the report's path.
 
     Raises:
-        RunDirectoryError: the directory does not exist or lacks a checkpoint, metrics, config or predictions.
+        RunDirectoryError: the directory does not exist or lacks a checkpoint, metrics, config or predictions, or
+            its config or metrics cannot be read.
+        DataValidationError: its predictions.h5 is no predictions file (empty, truncated, of other contents).
         OutputError: ``output`` cannot be written (a read-only place, a full disk, a file in the way).
     """
     run_dir = Path(run_dir)
@@ -212,8 +214,8 @@ def report_sweep(
 ) -> tuple[Path, list[str]]:
     """Write ``report.md`` with one row per run of a sweep, and each complete run's own report.
 
-    Returns the table's path and one line per incomplete run (what it lacks); those runs are listed in the table
-    too, with their status.
+    Returns the table's path and one line per incomplete run (what it lacks, or which of its outputs cannot be
+    read); those runs are listed in the table too, with their status.
     """
     sweep_dir = Path(sweep_dir)
     output = Path(output) if output is not None else sweep_dir
@@ -257,7 +259,9 @@ def report_sweep(
         else:
             try:
                 report = report_run(run, output / run.name, dpi=dpi)
-            except RunDirectoryError as damaged:  # its outputs are all there, but one cannot be read
+            # Its outputs are all there, but one cannot be read: its config or metrics.csv (RunDirectoryError), or its
+            # predictions.h5 (DataValidationError).
+            except (RunDirectoryError, DataValidationError) as damaged:
                 status = "unreadable: " + str(damaged).replace("|", "\\|")
                 incomplete.append(f"{run} is unreadable: {damaged}")
                 name = run.name

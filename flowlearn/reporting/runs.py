@@ -27,8 +27,11 @@ def read_metrics(run_dir: str | Path) -> dict[str, np.ndarray]:
     path = Path(run_dir) / "metrics.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir}: no metrics.csv (was the run started with logger=csv?)")
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    try:
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except (UnicodeDecodeError, csv.Error) as error:  # binary damage, or a line no CSV reader takes
+        raise RunDirectoryError(f"{path}: not a metrics file of Lightning's CSV logger ({error})") from None
     if not rows or "epoch" not in rows[0]:
         raise RunDirectoryError(f"{path}: no logged epochs (not a metrics file of Lightning's CSV logger)")
     columns = {}

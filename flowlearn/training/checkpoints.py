@@ -21,7 +21,6 @@ import csv
 import errno
 import io
 import os
-import tempfile
 import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -236,20 +235,25 @@ class RunCSVLogger(CSVLogger):
         return self._experiment
 
 
-def check_writable(folder: Path) -> None:
-    """Create ``folder`` if needed and write a probe file in it; raise :class:`CheckpointError` naming it."""
-    if folder.exists() and not folder.is_dir():
+def check_writable(folder: Path, key: str) -> None:
+    """Raise :class:`CheckpointError`, naming ``folder`` and the config key that set it, unless it is, or could be
+    made as, a folder this process may write into. Creates nothing: a check that fails after it leaves no folder."""
+    existing = folder.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if existing == folder.absolute() and not existing.is_dir():
         raise CheckpointError(
-            f"cannot write to the output folder {folder}: a file of that name is in the way"
+            f"{key}: cannot write to the output folder {folder}: a file of that name is in the way"
         )
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
+    if not existing.is_dir():
         raise CheckpointError(
-            f"cannot write to the output folder {folder}: {error.strerror or error}"
-        ) from None
+            f"{key}: cannot write to the output folder {folder}: {existing} is not a directory"
+        )
+    # access() also reports a read-only file system, which permission bits do not show.
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CheckpointError(
+            f"{key}: cannot write to the output folder {folder}: {existing} is not writable"
+        )
 
 
 def checkpoint_epoch(path: Path) -> int:
@@ -301,11 +305,16 @@ def prepare_outputs(
     ``metrics.csv`` continues from the rows of the checkpoint's own run (``<run>/checkpoints/<file>.ckpt``) up
     to the checkpoint's epoch, whether the resumed run writes into that folder or a new one.
     """
-    folders = [run_dir] + [Path(c.dirpath) for c in callbacks if isinstance(c, ModelCheckpoint) and c.dirpath]
+    folders = [("hydra.run.dir", run_dir)]
+    folders += [
+        ("callbacks.model_checkpoint.dirpath", Path(c.dirpath))
+        for c in callbacks
+        if isinstance(c, ModelCheckpoint) and c.dirpath
+    ]
     if isinstance(logger, CSVLogger):
-        folders.append(Path(logger.log_dir))
-    for folder in folders:
-        check_writable(folder)
+        folders.append(("logger.save_dir", Path(logger.log_dir)))
+    for key, folder in folders:
+        check_writable(folder, key)
     for callback in callbacks:
         if isinstance(callback, ModelCheckpoint) and callback.dirpath:
             # A process killed while writing a checkpoint leaves its partial temporary file (named by

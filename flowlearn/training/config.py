@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 from hydra.errors import (
     CompactHydraException,
     ConfigCompositionException,
@@ -27,7 +29,7 @@ from hydra.experimental.callback import Callback
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from flowlearn.checks import is_integer, is_number
+from flowlearn.checks import check_distinct_names, is_integer, is_number
 from flowlearn.data.inputs import check_input_names
 from flowlearn.errors import ConfigError, UserErrorExit
 from flowlearn.threads import usable_cores
@@ -57,6 +59,17 @@ def hydra_errors_as_one_line() -> Iterator[None]:
     except (ConfigCompositionException, SearchPathException) as error:
         # The search path Hydra appends to an unknown option names its own folders, not the user's mistake.
         exit_with_user_error(ConfigError(str(error).split("Config search path:")[0]))
+    except ValueError as error:
+        # Hydra's defaults list takes no null for a group (logger=null); its message names neither the group nor
+        # the way out. Other ValueErrors are bugs and keep their traceback.
+        if not str(error).startswith("Config group override must be a string or a list"):
+            raise
+        exit_with_user_error(
+            ConfigError(
+                f"a config group set to null ({error}): every group of a run needs one of its options "
+                f"({', '.join(RUN_GROUPS)}); see configs/<group>/"
+            )
+        )
     except CompactHydraException as error:
         # Raised without a traceback by design, e.g. by the SLURM launcher for a sweep whose runs failed on a user
         # error (each run's own line is in its log and error.txt).
@@ -167,6 +180,19 @@ def _boolean(cfg: DictConfig, key: str, *others: str) -> None:
     )
 
 
+def _batches_or_fraction(cfg: DictConfig, key: str, least: int, why: str = "") -> None:
+    """``key``, when set, counts batches (an integer >= ``least``) or is a fraction of them in (0, 1], as
+    Lightning's limits and intervals do."""
+    value = OmegaConf.select(cfg, key)
+    count = "a positive integer" if least == 1 else f"an integer >= {least}"
+    _check(
+        value is None
+        or (is_integer(value) and value >= least)
+        or (is_number(value) and not is_integer(value) and 0 < value <= 1),
+        f"{key} must be {count} (batches) or a fraction in (0, 1]{why}, got {value!r}",
+    )
+
+
 def _positive(cfg: DictConfig, key: str, integer: bool = False) -> None:
     if integer:
         _integer(cfg, key)
@@ -177,17 +203,56 @@ def _positive(cfg: DictConfig, key: str, integer: bool = False) -> None:
 
 def _file(key: str, value: object, what: str) -> None:
     """``value`` names an existing file (relative paths from where ``train.py`` was started)."""
+    _check(bool(str(value).strip()), f"{key} is empty: give a {what}")
     path = Path(to_absolute_path(str(value)))
     _check(not path.is_dir(), f"{key}: {value} is a directory, not a {what}")
     _check(path.is_file(), f"{key}: {what} not found: {value}")
 
 
+# The config groups a run is built from: each must be chosen (configs/<group>/), not removed or set to null.
+RUN_GROUPS = ("data", "model", "law", "solver", "optimizer", "trainer", "logger", "callbacks")
+# Keys whose default is a value, for which null means nothing (the checks below take an absent key as unset).
+NOT_NULL = (
+    "seed",
+    "data.seed",
+    "data.batch_size",
+    "data.fractions",
+    "data.num_workers",
+    "model.inputs",
+    "model.exact_on_plates",
+    "loss.pressure",
+    "solver.reuse",
+    "trainer.max_epochs",
+    "trainer.accelerator",
+    "trainer.devices",
+)
+# The keys of the loss section (configs/train.yaml): a misspelt one would be ignored.
+LOSS_KEYS = ("flow_rate_weight", "pressure")
+_ABSENT = object()
+
+
 def validate_config(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first impossible value in ``cfg``."""
+    for group in RUN_GROUPS:
+        _check(
+            OmegaConf.select(cfg, group) is not None,
+            f"{group}: a run needs one (it was removed or set to null); choose one of configs/{group}/",
+        )
+    for key in NOT_NULL:
+        _check(
+            OmegaConf.select(cfg, key, default=_ABSENT) is not None,
+            f"{key} is null: give it a value (configs/ has its default)",
+        )
+    unknown = sorted(set(OmegaConf.select(cfg, "loss", default={}) or {}) - set(LOSS_KEYS))
+    _check(
+        not unknown, f"loss.{unknown[0] if unknown else ''} is not a loss setting: use {', '.join(LOSS_KEYS)}"
+    )
     _integer(cfg, "seed", low=0, high=MAX_SEED)
+    _integer(cfg, "data.seed", low=0, high=MAX_SEED)
     # data
     _positive(cfg, "data.batch_size", integer=True)
-    _integer(cfg, "data.num_workers", low=0)
+    # Each worker is a process: more than the cores only wait on each other (1,000 hung the machine).
+    _integer(cfg, "data.num_workers", low=0, high=usable_cores())
     _number(cfg, "data.slope_smoothing", 0, strict=False, high=MAX_SLOPE_SMOOTHING)
     fractions = OmegaConf.select(cfg, "data.fractions")
     if fractions is not None:
@@ -213,16 +278,7 @@ def validate_config(cfg: DictConfig) -> None:
     _check(bool(paths), "data.path is an empty list: give at least one HDF5 file")
     for p in paths:
         _file("data.path", p, "file")
-    # A fracture's key is its file's stem and its group: two files of one stem would give two fractures one key.
-    stems: dict[str, object] = {}
-    for p in paths:
-        stem = Path(str(p)).stem
-        _check(
-            stem not in stems,
-            f"data.path: {stems.get(stem)} and {p} share the file name {stem!r}, which names their fractures "
-            f"({stem}/<group>): give each file once, and rename one of two files of one name",
-        )
-        stems[stem] = p
+    check_distinct_names("data.path", paths)
     # model and law
     _positive(cfg, "model.channels", integer=True)
     _positive(cfg, "model.depth", integer=True)
@@ -285,6 +341,13 @@ def validate_config(cfg: DictConfig) -> None:
     _integer(cfg, "optimizer.cg_iterations", high=MAX_CG_ITERATIONS)
     _number(cfg, "optimizer.cg_tolerance", MIN_CG_TOLERANCE, strict=False, high=1)
     _positive(cfg, "optimizer.max_trials", integer=True)
+    processes = OmegaConf.select(cfg, "trainer.devices")
+    _check(
+        not str(OmegaConf.select(cfg, "optimizer._target_")).endswith(".GaussNewton")
+        or not (is_integer(processes) and processes > 1),
+        "optimizer=gauss_newton runs in one process: its steps need the residuals of the whole batch, which "
+        f"trainer.devices={processes} processes would split; use trainer=default",
+    )
     # trainer
     _positive(cfg, "trainer.max_epochs", integer=True)
     _positive(cfg, "trainer.log_every_n_steps", integer=True)
@@ -299,13 +362,28 @@ def validate_config(cfg: DictConfig) -> None:
         steps is None or (is_integer(steps) and (steps == -1 or steps >= 1)),
         f"trainer.max_steps must be -1 (no limit) or a positive integer (0 would train nothing), got {steps!r}",
     )
-    batches = OmegaConf.select(cfg, "trainer.limit_train_batches")
+    _batches_or_fraction(cfg, "trainer.limit_train_batches", 1, " (0 would train nothing)")
+    _batches_or_fraction(cfg, "trainer.limit_val_batches", 0)
+    _batches_or_fraction(cfg, "trainer.limit_test_batches", 0)
+    _batches_or_fraction(cfg, "trainer.val_check_interval", 1)
+    max_time = OmegaConf.select(cfg, "trainer.max_time")
     _check(
-        batches is None
-        or (is_integer(batches) and batches >= 1)
-        or (is_number(batches) and not is_integer(batches) and 0 < batches <= 1),
-        f"trainer.limit_train_batches must be a positive integer (batches) or a fraction in (0, 1] (0 would train "
-        f"nothing), got {batches!r}",
+        max_time is None
+        or isinstance(max_time, DictConfig)
+        or bool(re.fullmatch(r"\d+:\d\d:\d\d:\d\d", str(max_time))),
+        f"trainer.max_time must be DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping of days, hours, minutes, seconds, "
+        f"got {max_time!r}",
+    )
+    accelerator = OmegaConf.select(cfg, "trainer.accelerator")
+    _check(
+        accelerator in ("cpu", "auto") or (accelerator in ("gpu", "cuda") and torch.cuda.is_available()),
+        "trainer.accelerator must be cpu or auto"
+        + (
+            ", or gpu (a CUDA GPU is present)"
+            if torch.cuda.is_available()
+            else " (this machine has no CUDA GPU)"
+        )
+        + f", got {accelerator!r}",
     )
     model_precision(cfg)
     devices = OmegaConf.select(cfg, "trainer.devices")
@@ -335,6 +413,15 @@ def validate_config(cfg: DictConfig) -> None:
         f"callbacks.model_checkpoint.mode must be min or max, got {mode!r}",
     )
     _positive(cfg, "callbacks.model_checkpoint.every_n_epochs", integer=True)
+    _boolean(cfg, "callbacks.model_checkpoint.save_last", "link")
+    _boolean(cfg, "callbacks.model_checkpoint.save_on_train_epoch_end")
+    _boolean(cfg, "optimizer.amsgrad")
+    dirpath = OmegaConf.select(cfg, "callbacks.model_checkpoint.dirpath")
+    _check(
+        dirpath is None or bool(str(dirpath).strip()),
+        "callbacks.model_checkpoint.dirpath is empty: give a folder for the checkpoints (the default is the run's "
+        "checkpoints/)",
+    )
     _integer(cfg, "callbacks.figures.every_n_epochs", low=0)
     _number(cfg, "callbacks.figures.max_overhead", 0, strict=False)
     checkpoint = OmegaConf.select(cfg, "ckpt_path")

@@ -133,7 +133,7 @@ def check_inputs(cfg: DictConfig) -> None:
 def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     quiet_lightning()
     check_inputs(cfg)
-    L.seed_everything(cfg.seed, workers=True)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run's config
     paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
     cfg.data.path = [to_absolute_path(str(p)) for p in paths]
     datamodule = instantiate(cfg.data, inputs=list(model_inputs(cfg.model)))
@@ -173,14 +173,15 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     no_validation = _no_validation(cfg, len(datamodule.splits["val"].refs))
     if no_validation:
         _monitor_training_loss(callbacks, no_validation)
-    # Without validation fractures, no validation loop (Lightning would warn of its empty loader every epoch).
-    options = {"limit_val_batches": 0} if not datamodule.splits["val"].refs else {}
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **options)
     ckpt_path = to_absolute_path(cfg.ckpt_path) if cfg.ckpt_path else None
-    # An unwritable output folder, a broken ckpt_path or one of another law or model fails here, before any training.
+    # An unwritable output folder, a broken ckpt_path or one of another law or model fails here, before any training
+    # (and before the trainer prints its lines about the hardware).
     resumed = prepare_outputs(run_dir, callbacks, logger, ckpt_path)
     if resumed is not None:
         module.check_checkpoint(resumed, f"ckpt_path: {ckpt_path}")
+    # Without validation fractures, no validation loop (Lightning would warn of its empty loader every epoch).
+    options = {"limit_val_batches": 0} if not datamodule.splits["val"].refs else {}
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **options)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if datamodule.splits["test"].refs:
         trainer.test(module, datamodule=datamodule, verbose=False)
