@@ -289,9 +289,16 @@ CONFIG_ROWS = [
     *(
         (
             f"law=exponent law.initial_exponent={value}",
-            f"law.initial_exponent must be a number > 0 (the law's exponent is 2·relu(w), which has no gradient at w <= 0: training could never move it), got {value}",
+            f"law.initial_exponent must be a number in (0, 10] (the law's exponent is 2·relu(w), which has no gradient at w <= 0: training could never move it), got {value}",
         )
-        for value in (0, -1)
+        for value in (0, -1, 1e300)
+    ),
+    ("law=exponent law.initial_exponent=null", "law.initial_exponent is null: give it a value"),
+    ("logger.name=123", "logger.name must be text (a folder name), got 123"),
+    ("+optimizer.betas=abc", "optimizer.betas must be two numbers in [0, 1), got 'abc'"),
+    (
+        "+callbacks.progress_bar.refresh_rate=abc",
+        "callbacks.progress_bar.refresh_rate must be an integer >= 0",
     ),
     ("solver.rtol=-1", "solver.rtol must be > 0, got -1"),
     ("solver.rtol=abc", "solver.rtol must be > 0, got 'abc'"),
@@ -321,7 +328,7 @@ CONFIG_ROWS = [
         "optimizer=gauss_newton optimizer.cg_tolerance=1e-300",
         "optimizer.cg_tolerance must be a number in [1e-15, 1), got 1e-300",
     ),
-    ("+optimizer.betas=[1.5,0.999]", "optimizer: Invalid beta parameter at index 0: 1.5"),
+    ("+optimizer.betas=[1.5,0.999]", "optimizer.betas must be two numbers in [0, 1), got [1.5, 0.999]"),
     ("+optimizer.eps=-1", "optimizer: Invalid epsilon value: -1"),
     ("+optimizer.foo=1", "optimizer: Adam.__init__() got an unexpected keyword argument 'foo'"),
     (

@@ -110,6 +110,9 @@ LOOSEST_SOLVER_TOLERANCE = 1e-6
 # The widest smoothing of the mid-surface, in mean apertures: beyond it every map is flat, and the Gaussian's
 # weights (4 standard deviations each side) grow with it.
 MAX_SLOPE_SMOOTHING = 100.0
+# The largest initial w of law=exponent, K = Ap^(2w): Ap^20 already spans 20 decades for apertures a decade apart,
+# where the cubic law's exponent is 3 (1e300 overflowed log K with a message that named no key).
+MAX_INITIAL_EXPONENT = 10.0
 # The largest seed numpy's generators take.
 MAX_SEED = 2**32 - 1
 # Gauss–Newton's inner CG: each iteration costs about two solves (one JVP, one VJP), so 1,000 are minutes a step at
@@ -225,6 +228,7 @@ NOT_NULL = (
     "trainer.max_epochs",
     "trainer.accelerator",
     "trainer.devices",
+    "law.initial_exponent",
 )
 # The keys of the loss section (configs/train.yaml): a misspelt one would be ignored.
 LOSS_KEYS = ("flow_rate_weight", "pressure")
@@ -301,9 +305,9 @@ def validate_config(cfg: DictConfig) -> None:
     )
     exponent = OmegaConf.select(cfg, "law.initial_exponent")
     _check(
-        exponent is None or (is_number(exponent) and exponent > 0),
-        f"law.initial_exponent must be a number > 0 (the law's exponent is 2·relu(w), which has no gradient at w "
-        f"<= 0: training could never move it), got {exponent!r}",
+        exponent is None or (is_number(exponent) and 0 < exponent <= MAX_INITIAL_EXPONENT),
+        f"law.initial_exponent must be a number in (0, {MAX_INITIAL_EXPONENT:g}] (the law's exponent is 2·relu(w), "
+        f"which has no gradient at w <= 0: training could never move it), got {exponent!r}",
     )
     _number(cfg, "loss.flow_rate_weight", 0, strict=False, high=MAX_FLOW_RATE_WEIGHT)
     pressure = OmegaConf.select(cfg, "loss.pressure")
@@ -400,6 +404,9 @@ def validate_config(cfg: DictConfig) -> None:
         )
     # logger
     _positive(cfg, "logger.flush_logs_every_n_steps", integer=True)
+    for key in ("logger.name", "logger.version"):
+        name = OmegaConf.select(cfg, key)
+        _check(name is None or isinstance(name, str), f"{key} must be text (a folder name), got {name!r}")
     # callbacks
     _integer(cfg, "callbacks.model_checkpoint.save_top_k", low=-1)
     monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor")
@@ -416,6 +423,13 @@ def validate_config(cfg: DictConfig) -> None:
     _boolean(cfg, "callbacks.model_checkpoint.save_last", "link")
     _boolean(cfg, "callbacks.model_checkpoint.save_on_train_epoch_end")
     _boolean(cfg, "optimizer.amsgrad")
+    betas = OmegaConf.select(cfg, "optimizer.betas")
+    _check(
+        betas is None
+        or (OmegaConf.is_list(betas) and len(betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in betas)),
+        f"optimizer.betas must be two numbers in [0, 1), got {betas!r}",
+    )
+    _integer(cfg, "callbacks.progress_bar.refresh_rate", low=0)
     dirpath = OmegaConf.select(cfg, "callbacks.model_checkpoint.dirpath")
     _check(
         dirpath is None or bool(str(dirpath).strip()),
