@@ -1616,6 +1616,34 @@ def test_a_slurm_sweep_without_a_controller_submits_and_writes_nothing(files, tm
     assert list(sweep.iterdir()) == []  # checked writable up front, then left empty: no multirun.yaml
 
 
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        # A 41-line submitit traceback; 1,000 CPUs a task accepted on this machine.
+        (
+            "hydra.launcher.timeout_min=0",
+            "error: hydra.launcher.timeout_min must be a positive integer, got 0",
+        ),
+        (
+            "hydra.launcher.cpus_per_task=1000",
+            f"error: hydra.launcher.cpus_per_task must be an integer in [1, {usable_cores()}], got 1000",
+        ),
+    ],
+)
+def test_a_local_sweep_refuses_impossible_job_sizes(files, tmp_path, override, message):
+    sweep = tmp_path / "sweep"
+    result = _process(
+        "train.py",
+        "-m",
+        "hydra/launcher=local",
+        override,
+        f"hydra.sweep.dir={sweep}",
+        f"data.path={files['good']}",
+    )
+    _one_line(result.returncode, result.stderr, message)
+    assert not any(sweep.glob("*/checkpoints"))
+
+
 def test_train_py_with_an_unwritable_run_directory(files, tmp_path):
     with _mounted(tmp_path / "ro", "ro,size=10k") as read_only:
         result = _process("train.py", f"hydra.run.dir={read_only / 'run'}", f"data.path={files['good']}")

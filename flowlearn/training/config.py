@@ -88,6 +88,22 @@ class OutputDirCheck(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
+        try:
+            _check_launcher(config)
+        except ConfigError as error:
+            exit_with_user_error(error)
+
+
+def _check_launcher(config: DictConfig) -> None:
+    """The sizes a submitit launcher (hydra/launcher=local or slurm) asks for, before any job is submitted: submitit
+    took ``timeout_min=0`` with a 41-line traceback, and a local sweep's ``cpus_per_task`` above the cores."""
+    for key in ("timeout_min", "tasks_per_node", "nodes", "array_parallelism"):
+        _positive(config, f"hydra.launcher.{key}", integer=True)
+    _integer(config, "hydra.launcher.gpus_per_node", low=0)
+    _integer(config, "hydra.launcher.signal_delay_s", low=0)
+    _number(config, "hydra.launcher.mem_gb", 0)
+    local = str(OmegaConf.select(config, "hydra.launcher._target_")).endswith(".LocalLauncher")
+    _integer(config, "hydra.launcher.cpus_per_task", high=usable_cores() if local else math.inf)
 
 
 def _writable_dir(key: str, directory: str | None) -> None:
