@@ -251,13 +251,17 @@ LOSS_KEYS = ("flow_rate_weight", "pressure")
 _ABSENT = object()
 
 
-def validate_config(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigError` for the first impossible value in ``cfg``."""
+def check_run_groups(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` where a run's config lacks one of :data:`RUN_GROUPS`."""
     for group in RUN_GROUPS:
         _check(
             OmegaConf.select(cfg, group) is not None,
             f"{group}: a run needs one (it was removed or set to null); choose one of configs/{group}/",
         )
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` for the first impossible value in ``cfg`` (a whole run's config, or a part)."""
     for key in NOT_NULL:
         _check(
             OmegaConf.select(cfg, key, default=_ABSENT) is not None,
@@ -396,7 +400,8 @@ def validate_config(cfg: DictConfig) -> None:
     )
     accelerator = OmegaConf.select(cfg, "trainer.accelerator")
     _check(
-        accelerator in ("cpu", "auto") or (accelerator in ("gpu", "cuda") and torch.cuda.is_available()),
+        accelerator in (None, "cpu", "auto")
+        or (accelerator in ("gpu", "cuda") and torch.cuda.is_available()),
         "trainer.accelerator must be cpu or auto"
         + (
             ", or gpu (a CUDA GPU is present)"

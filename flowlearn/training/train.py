@@ -34,7 +34,7 @@ from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.reporting.heldout import closing_line
 from flowlearn.training.build import build_correction, model_dtype, model_inputs
 from flowlearn.training.checkpoints import prepare_outputs
-from flowlearn.training.config import exit_with_user_error, validate_config
+from flowlearn.training.config import check_run_groups, exit_with_user_error, validate_config
 from flowlearn.training.console import quiet_lightning
 from flowlearn.training.metrics import LOSS
 from flowlearn.training.module import FractureFlowModule
@@ -122,6 +122,7 @@ def check_inputs(cfg: DictConfig) -> None:
     """Everything that can be checked before any heavy start-up: the config's values, then every fracture of the
     data files against the schema and against what the model's inputs need. Raises :class:`ConfigError` or
     :class:`DataValidationError`."""
+    check_run_groups(cfg)
     validate_config(cfg)
     paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
     paths = [to_absolute_path(str(path)) for path in paths]
