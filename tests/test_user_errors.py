@@ -1166,6 +1166,11 @@ COMMAND_ROWS = [
         for size, shown in (("0", "0.0"), ("1e10", "10000000000.0"), ("1e-10", "1e-10"), ("nan", "nan"))
     ),
     (["stokes", "{blocked}"], "{blocked}, f2: no fluid path joins the inlet column to the outlet column"),
+    # Apertures of 1e-4 m fill no voxel of a metre: "no fluid path" hid why.
+    (
+        ["stokes", "{good}", "--voxel-size", "1"],
+        "{good}, f0: fracture 'f0': no voxel is fluid at 1 m per voxel: its widest aperture, 0.0001 m, fills none",
+    ),
     (
         ["stokes", "{good}", "--voxel-size", "1e-9", "--cells-per-voxel", "8"],
         "{good}, f0: the Stokes mesh of this 6x8x100000-voxel box at 8 cells per voxel needs about",
@@ -1415,6 +1420,17 @@ def test_a_sweep_lists_a_run_whose_predictions_are_damaged(trained_runs, tmp_pat
     table = (sweep / "report.md").read_text()
     assert "| 1 | " in table and "| unreadable: " in table
     assert "[0](0/report.md)" in table and "[2](2/report.md)" in table
+
+
+def test_a_sweep_names_what_is_wrong_with_a_garbled_metrics_file(trained_runs, tmp_path, capsys):
+    # It was listed as "missing logged epochs (metrics.csv has none)".
+    sweep = tmp_path / "sweep"
+    for name in ("0", "1"):
+        shutil.copytree(trained_runs["cnn"], sweep / name)
+    (sweep / "1" / "metrics.csv").write_bytes(b"epoch,step\n\xff\xfe\n")
+    status, err = _flowlearn(capsys, "report", str(sweep))
+    assert status == 1 and "Traceback" not in err
+    assert f"{sweep / '1'} is missing a readable {sweep / '1' / 'metrics.csv'}: not a metrics file" in err
 
 
 def test_reporting_a_run_whose_metrics_are_not_text(trained_runs, tmp_path, capsys):

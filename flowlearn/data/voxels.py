@@ -174,13 +174,21 @@ def fracture_voxels(fracture: Fracture, voxel_size: float | None = None) -> np.n
     ``voxel_size`` (metres per voxel) overrides the fracture's own; one of the two must be known.
 
     Raises:
-        DataValidationError: naming the fracture, for a map that is not 2D with flow along x, or an unknown voxel
-            size.
+        DataValidationError: naming the fracture, for a map that is not 2D with flow along x, an unknown voxel
+            size, or one so coarse that no voxel is fluid.
     """
     size = voxel_size_of(fracture, voxel_size)
     if fracture.bottom is not None and fracture.top is not None:
-        return voxelize(fracture.bottom / size, fracture.top / size)
-    return voxelize_aperture(np.where(fracture.active, fracture.aperture, 0.0) / size)
+        fluid = voxelize(fracture.bottom / size, fracture.top / size)
+    else:
+        fluid = voxelize_aperture(np.where(fracture.active, fracture.aperture, 0.0) / size)
+    if not fluid.any():
+        # Else the first message would be that no fluid path joins the inlet to the outlet, which hides why.
+        raise DataValidationError(
+            f"fracture {fracture.name!r}: no voxel is fluid at {size:.6g} m per voxel: its widest aperture, "
+            f"{float(fracture.aperture.max()):.6g} m, fills none; give a smaller voxel size"
+        )
+    return fluid
 
 
 def voxel_size_of(fracture: Fracture, voxel_size: float | None = None) -> float:

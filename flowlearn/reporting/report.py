@@ -243,8 +243,10 @@ def report_sweep(
             # failed table.
             try:
                 columns = read_metrics(run)
-            except RunDirectoryError:
-                missing.append("logged epochs (metrics.csv has none)")
+            except RunDirectoryError as unread:
+                # No rows yet (a job killed before its first epoch), or a file that is no metrics file at all.
+                no_rows = "no logged epochs" in str(unread)
+                missing.append("logged epochs (metrics.csv has none)" if no_rows else f"a readable {unread}")
             else:
                 final, epochs = final_metrics(columns), str(_epochs(columns))
         error = run_error(run)
