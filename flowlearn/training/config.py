@@ -365,13 +365,6 @@ def validate_config(cfg: DictConfig) -> None:
     _integer(cfg, "optimizer.cg_iterations", high=MAX_CG_ITERATIONS)
     _number(cfg, "optimizer.cg_tolerance", MIN_CG_TOLERANCE, strict=False, high=1)
     _positive(cfg, "optimizer.max_trials", integer=True)
-    processes = OmegaConf.select(cfg, "trainer.devices")
-    _check(
-        not str(OmegaConf.select(cfg, "optimizer._target_")).endswith(".GaussNewton")
-        or not (is_integer(processes) and processes > 1),
-        "optimizer=gauss_newton runs in one process: its steps need the residuals of the whole batch, which "
-        f"trainer.devices={processes} processes would split; use trainer=default",
-    )
     # trainer
     _positive(cfg, "trainer.max_epochs", integer=True)
     _positive(cfg, "trainer.log_every_n_steps", integer=True)
@@ -416,7 +409,13 @@ def validate_config(cfg: DictConfig) -> None:
         devices is None or devices == "auto" or (is_integer(devices) and devices >= 1),
         f"trainer.devices must be a positive integer or auto, got {devices!r}",
     )
-    if OmegaConf.select(cfg, "trainer.accelerator") == "cpu" and is_integer(devices):
+    _check(
+        not str(OmegaConf.select(cfg, "optimizer._target_")).endswith(".GaussNewton")
+        or not (is_integer(devices) and devices > 1),
+        "optimizer=gauss_newton runs in one process: its steps need the residuals of the whole batch, which "
+        f"trainer.devices={devices} processes would split; use trainer=default",
+    )
+    if accelerator == "cpu" and is_integer(devices):
         # Each CPU device is a process of its own: more than the cores share them, and each step waits on all.
         _check(
             devices <= usable_cores(),
