@@ -424,9 +424,9 @@ def validate_config(cfg: DictConfig) -> None:
         )
     # logger
     _positive(cfg, "logger.flush_logs_every_n_steps", integer=True)
-    for key in ("logger.name", "logger.version"):
-        name = OmegaConf.select(cfg, key)
-        _check(name is None or isinstance(name, str), f"{key} must be text (a folder name), got {name!r}")
+    # Lightning joins the name into the log folder's path (a number was a traceback there); a version may be either.
+    name = OmegaConf.select(cfg, "logger.name")
+    _check(name is None or isinstance(name, str), f"logger.name must be text (a folder name), got {name!r}")
     # callbacks
     _integer(cfg, "callbacks.model_checkpoint.save_top_k", low=-1)
     monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor")
