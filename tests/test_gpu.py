@@ -586,20 +586,30 @@ def _per_epoch(run_dir: Path, names: tuple[str, ...]) -> dict[str, np.ndarray]:
 
 @pytest.mark.gpu
 @cudss_only
-@pytest.mark.parametrize("experiment", ["embedded", "paper"])
+@pytest.mark.parametrize("experiment", ["embedded", "paper", "paper_gauss_newton"])
 def test_training_on_the_gpu_matches_the_cpu_run_step_by_step(experiment, tmp_path):
     from conftest import EXAMPLE_FRACTURE
     from step_losses import read_step_losses
     from test_train import run_train
 
-    if experiment == "paper":
+    if experiment.startswith("paper"):
         if not EXAMPLE_FRACTURE.exists():
             pytest.skip(f"{EXAMPLE_FRACTURE} is not present")
-        overrides = ["experiment=paper", f"data.path={EXAMPLE_FRACTURE}", "trainer.max_epochs=20"]
+        epochs = 5 if experiment == "paper_gauss_newton" else 20
+        overrides = ["experiment=paper", f"data.path={EXAMPLE_FRACTURE}", f"trainer.max_epochs={epochs}"]
         names = ("train/loss",)
     else:
-        overrides = ["trainer.max_epochs=3"]
+        epochs = 3
+        overrides = [f"trainer.max_epochs={epochs}"]
         names = ("train/loss", "val/mse", "val/flow_rate_err")
+    # Adam's steps carry the solves' round-off (1e-11) as it is; Gauss-Newton's truncated CG on a per-pixel W (66,560
+    # parameters, damping 1e-3) amplifies it: two CPU runs with direct solvers that differ only in their summation
+    # order (SuperLU, CHOLMOD; or 2 against 16 cores) part by 1e-4 relative after one step and 0.5-1.3 % after four.
+    # Its first loss still matches to 1e-8, and its later ones to 3 %.
+    rtol = 1e-8
+    if experiment == "paper_gauss_newton":
+        overrides.append("optimizer=gauss_newton")
+        rtol = 3e-2
     tests = Path(__file__).resolve().parent
     env = {
         **os.environ,
@@ -623,11 +633,12 @@ def test_training_on_the_gpu_matches_the_cpu_run_step_by_step(experiment, tmp_pa
     # (the embedded 64x64 maps) by multigrid-preconditioned CG to rtol=1e-11, which moved the steps' losses by up to
     # 7e-8 relative against these direct solves; cuDSS's direct solve matched the direct CPU run to 2e-11.
     cpu, cpu_steps = train("cpu", "solver=superlu", "solver.reuse=false", "+solver.multigrid_unknowns=null")
-    assert cpu_steps.size >= 20 and np.isfinite(cpu_steps).all()
+    assert cpu_steps.size >= epochs and np.isfinite(cpu_steps).all()
     # The model on the GPU with the solver; and the model on the CPU, whose solves the module hands to the GPU.
     for run, accelerator in (("gpu", "gpu"), ("gpu_solver", "cpu")):
         gpu, gpu_steps = train(run, "solver=gpu", f"trainer.accelerator={accelerator}")
-        np.testing.assert_allclose(gpu_steps, cpu_steps, rtol=1e-8, err_msg=f"{run}: the steps' losses")
+        np.testing.assert_allclose(gpu_steps[0], cpu_steps[0], rtol=1e-8, err_msg=f"{run}: the first loss")
+        np.testing.assert_allclose(gpu_steps, cpu_steps, rtol=rtol, err_msg=f"{run}: the steps' losses")
         for name in names:
             assert gpu[name].size == cpu[name].size > 0 and np.isfinite(gpu[name]).all()
-            np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-8, err_msg=f"{run}: {name}")
+            np.testing.assert_allclose(gpu[name], cpu[name], rtol=rtol, err_msg=f"{run}: {name}")

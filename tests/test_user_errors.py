@@ -410,6 +410,11 @@ CONFIG_ROWS = [
         "solver=gpu needs a CUDA GPU",
         marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present"),
     ),
+    pytest.param(
+        "trainer.accelerator=gpu trainer.devices=4096",
+        "trainer.devices=4096 asks for 4096 GPUs; this machine has",
+        marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+    ),
 ]
 
 # Overrides that point at a file: {name} is a file of the `files` fixture, {tmp} a fresh folder.

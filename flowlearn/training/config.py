@@ -415,6 +415,11 @@ def validate_config(cfg: DictConfig) -> None:
         "optimizer=gauss_newton runs in one process: its steps need the residuals of the whole batch, which "
         f"trainer.devices={devices} processes would split; use trainer=default",
     )
+    if accelerator in ("gpu", "cuda") and is_integer(devices):
+        _check(
+            devices <= torch.cuda.device_count(),
+            f"trainer.devices={devices} asks for {devices} GPUs; this machine has {torch.cuda.device_count()}",
+        )
     if accelerator == "cpu" and is_integer(devices):
         # Each CPU device is a process of its own: more than the cores share them, and each step waits on all.
         _check(
