@@ -215,6 +215,18 @@ def test_a_float32_network_trains_as_the_float64_one_and_predict_rebuilds_it_in_
     assert not np.array_equal(loss32, loss64)  # the float32 run is not the float64 one under another name
 
 
+def test_a_callback_set_to_null_is_left_out(dataset, tmp_path):
+    # lightning-hydra-template's convention; Lightning would otherwise add its own checkpointing and progress bar.
+    nulls = ["callbacks.model_checkpoint=null", "callbacks.progress_bar=null", "callbacks.figures=null"]
+    result = run_train(
+        f"data.path={dataset}", "trainer.max_epochs=1", "model.channels=8", *nulls, run_dir=tmp_path
+    )
+    assert (tmp_path / "predictions.h5").is_file() and (tmp_path / "metrics.csv").is_file()
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "figures").exists()
+    assert not list(tmp_path.rglob("*.ckpt"))
+    assert "Epoch 0" not in result.stderr  # the progress bar's line
+
+
 # Slow (~30 s): submitit's local executor; tests/test_slurm.py submits sweeps through the same launcher code.
 @pytest.mark.slow
 def test_submitit_local_multirun(dataset, tmp_path):

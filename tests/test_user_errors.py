@@ -222,6 +222,11 @@ CONFIG_ROWS = [
     ),
     ("trainer.accelerator=tpu", "trainer.accelerator must be cpu or auto"),
     (
+        "+callbacks.extra=5",
+        "callbacks.extra must be a callback's settings with a _target_, or null to leave it out",
+    ),
+    ("+callbacks.extra.every_n_epochs=1", "callbacks.extra must be a callback's settings with a _target_"),
+    (
         "callbacks.model_checkpoint.save_last=maybe",
         "callbacks.model_checkpoint.save_last must be true or false",
     ),

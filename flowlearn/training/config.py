@@ -433,6 +433,11 @@ def validate_config(cfg: DictConfig) -> None:
     name = OmegaConf.select(cfg, "logger.name")
     _check(name is None or isinstance(name, str), f"logger.name must be text (a folder name), got {name!r}")
     # callbacks
+    for key, entry in (OmegaConf.select(cfg, "callbacks") or {}).items():
+        _check(
+            entry is None or (isinstance(entry, DictConfig) and "_target_" in entry),
+            f"callbacks.{key} must be a callback's settings with a _target_, or null to leave it out, got {entry!r}",
+        )
     _integer(cfg, "callbacks.model_checkpoint.save_top_k", low=-1)
     monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor")
     _check(

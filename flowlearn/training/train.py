@@ -19,7 +19,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate, to_absolute_path
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -169,7 +169,8 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     )
     module.build_optimizer()  # a hyperparameter its class refuses fails here, before any output is written
 
-    callbacks = [instantiate(c) for c in cfg.callbacks.values()]
+    # A callback set to null is left out (`callbacks.figures=null`), as in lightning-hydra-template.
+    callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]
     logger = instantiate(cfg.logger)
     no_validation = _no_validation(cfg, len(datamodule.splits["val"].refs))
     if no_validation:
@@ -182,6 +183,11 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         module.check_checkpoint(resumed, f"ckpt_path: {ckpt_path}")
     # Without validation fractures, no validation loop (Lightning would warn of its empty loader every epoch).
     options = {"limit_val_batches": 0} if not datamodule.splits["val"].refs else {}
+    # Without its callback, no checkpoints and no progress bar: Lightning would otherwise add its own defaults.
+    if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
+        options["enable_checkpointing"] = False
+    if not any(isinstance(c, ProgressBar) for c in callbacks):
+        options["enable_progress_bar"] = False
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **options)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if datamodule.splits["test"].refs:
