@@ -1618,6 +1618,9 @@ def test_a_local_sweep_records_its_failed_run_and_finishes_the_others(files, tmp
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "error: seed must be an integer in [0, 4294967295], got 'abc'" in result.stderr.splitlines()
     assert "1 of 2 run(s) failed; the other runs finished" in result.stdout
+    # The sweep's last line is the failed run's error, without Hydra's "Error executing job with overrides" first.
+    assert "Error executing job" not in result.stderr + result.stdout
+    assert result.stderr.splitlines()[-1] == "error: seed must be an integer in [0, 4294967295], got 'abc'"
     error = (sweep / "0" / "error.txt").read_text().splitlines()[0]
     assert error == "error: seed must be an integer in [0, 4294967295], got 'abc'"
     assert (sweep / "1" / "predictions.h5").is_file() and not (sweep / "1" / "error.txt").exists()

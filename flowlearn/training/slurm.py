@@ -24,6 +24,7 @@ import logging
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,21 @@ class _RecordsFailures:
             log.error("failed run %s: %s", " ".join(result.overrides or []), result._return_value)
         if failed:
             log.error("%d of %d run(s) failed; the other runs finished", len(failed), len(results))
-        return results
+        return [_FailedRun.of(r) if r.status is JobStatus.FAILED else r for r in results]
+
+
+@dataclass
+class _FailedRun(JobReturn):
+    """A failed run's result whose error the sweep raises without Hydra's own line ("Error executing job with
+    overrides: [...]") before it: the launcher has already named every failed run, and the error says the rest."""
+
+    @classmethod
+    def of(cls, result: JobReturn) -> _FailedRun:
+        return cls(**{f.name: getattr(result, f.name) for f in fields(result)})
+
+    @property
+    def return_value(self) -> Any:
+        raise self._return_value
 
 
 class SequentialLauncher(_RecordsFailures, BasicLauncher):
