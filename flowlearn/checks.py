@@ -76,7 +76,23 @@ def is_integer(value: object) -> bool:
 def check_setting(ok: bool, field: str, problem: str, value: object) -> None:
     """Raise :class:`SettingError` for ``field`` (``"<field> <problem>, got <value>"``) unless ``ok``."""
     if not ok:
-        raise SettingError(field, f"{problem}, got {value!r}")
+        raise SettingError(field, f"{finite_problem(problem, value)}, got {value!r}")
+
+
+def finite_problem(problem: str, value: object) -> str:
+    """``problem`` as it reads for the refused ``value``: a bound on one side only (``"must be > 0"``, ``"must be a
+    number > 0"``) that an infinite value meets (inf > 0) was failed on the finiteness the check also asks, which the
+    text then says (``"must be a finite number > 0"``), instead of a range that the value seems to lie in."""
+    bound = problem.removeprefix("must be ").removeprefix("a number ")
+    if (
+        problem.startswith("must be ")
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isinf(value)
+        and bound[:1] == (">" if value > 0 else "<")
+    ):
+        return f"must be a finite number {bound}"
+    return problem
 
 
 def check_cores(field: str, value: object) -> None:
@@ -165,3 +181,16 @@ def check_distinct_names(option: str, paths: Sequence[object]) -> None:
                 f"({stem}/<group>): give each file once, and rename one of two files of one name"
             )
         stems[stem] = path
+
+
+def check_distinct_files(option: str, paths: Sequence[object], why: str) -> None:
+    """Raise :class:`SettingError` naming ``option`` where one file is among ``paths`` twice, however named
+    (``a.h5`` and ``./a.h5``, or a link to it); ``why`` says what giving it twice would do."""
+    seen: dict[Path, object] = {}
+    for path in paths:
+        key = Path(str(path)).resolve()
+        if key in seen:
+            earlier = seen[key]
+            also = "" if str(earlier) == str(path) else f" (also as {earlier})"
+            raise SettingError(option, f"gives {path} twice{also}: {why}")
+        seen[key] = path

@@ -23,14 +23,19 @@ from flowlearn.checks import (
     FIGURE_DPI,
     VOXEL_SIZE,
     check_cores,
+    check_distinct_files,
     check_distinct_names,
     check_dpi,
     check_voxel_size,
+    finite_problem,
 )
 from flowlearn.errors import (
     USER_ERROR_STATUS,
     USER_ERRORS,
+    ConfigError,
+    DataValidationError,
     ReferenceConvergenceError,
+    RunDirectoryError,
     SettingError,
 )
 from flowlearn.runtime import quick_exit
@@ -98,15 +103,21 @@ class _HelpFormatter(argparse.HelpFormatter):
 def _run_convert(args: argparse.Namespace) -> int:
     from flowlearn.data.schema import check_writable, convert
 
+    _check_new_output(args.dst, [args.src], "the input SRC", option="DST")
     check_writable(args.dst)
-    count = convert(args.src, args.dst, layout=args.layout)
+    count = convert(args.src, args.dst, layout=args.layout, note=_note("convert"))
     print(f"wrote {count} fracture(s) to {args.dst} in the {args.layout} layout")
     return 0
 
 
+def _note(command: str) -> Callable[[str], None]:
+    """A line for stderr that is no error: what a command did that its user may not expect."""
+    return lambda line: print(f"flowlearn {command}: note: {line}", file=sys.stderr)
+
+
 def _convert_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("src", type=_path, help="input HDF5 file (flowlearn or original layout)")
-    p.add_argument("dst", type=_path, help="output HDF5 file")
+    p.add_argument("dst", type=_path, help="output HDF5 file (not SRC)")
     p.add_argument("--layout", choices=("flowlearn", "original"), default="flowlearn", help="layout of DST")
 
 
@@ -421,6 +432,8 @@ def _run_predict(args: argparse.Namespace) -> int:
     # The run's own predictions are its training's record, which report and evaluate read.
     _check_new_output(args.output, [Path(args.run_dir) / "predictions.h5"], "the run's own predictions.h5")
     check_writable(args.output)
+    _check_run_directory(args.run_dir)
+    _check_distinct_keys(args.inputs)
     count = predict(args.run_dir, args.inputs, args.output, checkpoint=args.checkpoint)
     print(
         f"wrote predicted W, log k, pressure and flow rate, and the baselines', of {count} fracture(s) to {args.output}"
@@ -449,20 +462,68 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_new_output(output: str, inputs: Sequence[str | Path], inputs_are: str) -> None:
-    """Raise :class:`SettingError` for ``--output`` where it is one of ``inputs`` (the same file, however named),
-    which writing the output would replace; ``inputs_are`` says what they are ("one of the inputs")."""
-    target = Path(output).resolve()
-    if any(Path(path).resolve() == target for path in inputs):
-        raise SettingError("--output", f"{output} is {inputs_are}: give a new file")
+def _check_new_output(
+    output: str, inputs: Sequence[str | Path], inputs_are: str, option: str = "--output"
+) -> None:
+    """Raise :class:`SettingError` for ``option``, the file a command writes, where it is one of the ``inputs`` it
+    reads (the same file, however named: ``./a.h5``, a link, a hard link), which writing the output would replace;
+    ``inputs_are`` says what they are ("one of the inputs")."""
+    target = Path(output)
+    for path in map(Path, inputs):
+        if target.resolve() == path.resolve() or _same_file(target, path):
+            link = "a link to " if target.is_symlink() else ""
+            raise SettingError(option, f"{output} is {link}{inputs_are}: give a new file")
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    """Whether ``one`` and ``other`` both exist and are one file (hard links too)."""
+    try:
+        return one.samefile(other)
+    except OSError:
+        return False
+
+
+def _check_run_directory(run_dir: str) -> None:
+    """Raise :class:`RunDirectoryError` where ``RUN_DIR`` names a file (a run's predictions.h5, say)."""
+    path = Path(run_dir)
+    if path.is_file():
+        parent = path.absolute().parent
+        hint = f" ({parent}?)" if (parent / ".hydra" / "config.yaml").is_file() else ""
+        raise RunDirectoryError(
+            f"RUN_DIR {run_dir} is a file, not a run directory: give the folder that python train.py wrote{hint}"
+        )
+
+
+def _check_distinct_keys(inputs: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` where two fractures of ``inputs`` would get one group in the output: a fracture's
+    group is its file's stem and its group joined by '__' (``x.h5``'s ``y__z`` and ``x__y.h5``'s ``z`` are both
+    ``x__y__z``). A file that cannot be listed is left to ``predict``, which says what is wrong with it."""
+    from flowlearn.data.datamodule import find_fractures
+    from flowlearn.training.predictions import group_name
+
+    owners: dict[str, tuple[str, str]] = {}
+    for path in inputs:
+        try:
+            refs = find_fractures(path)
+        except (*USER_ERRORS, OSError):
+            return
+        for ref in refs:
+            key = group_name(ref.key)
+            if key in owners:
+                other, group = owners[key]
+                raise ConfigError(
+                    f"INPUTS: {other} group '{group}' and {path} group '{ref.name}' both become '{key}' in the "
+                    "output: rename one"
+                )
+            owners[key] = (path, ref.name)
 
 
 def _run_departure(args: argparse.Namespace) -> int:
     from flowlearn.data.departure import departures, range_summary, summarize
     from flowlearn.data.schema import check_writable
-    from flowlearn.errors import DataValidationError
 
     if args.figure is not None:
+        _check_new_output(args.figure, [args.data], "the input DATA", option="--figure")
         check_writable(args.figure)  # before the solves
     rows = departures(args.data)
     if not rows:
@@ -518,7 +579,9 @@ def _departure_arguments(p: argparse.ArgumentParser) -> None:
         help="one line per fracture: σ/⟨b⟩, contact fraction, b_h/⟨b⟩ of the reference flow rate, Q/Q_LCL, rms "
         "mid-surface slope (smoothed over ⟨b⟩) and the flow rate's change under 2x refinement",
     )
-    p.add_argument("--figure", type=_path, help="PNG of Q/Q_LCL against σ/⟨a⟩ and the wall slope")
+    p.add_argument(
+        "--figure", type=_path, help="PNG of Q/Q_LCL against σ/⟨a⟩ and the wall slope to write (not DATA)"
+    )
 
 
 def _named_fractures(data: str, wanted: list[str] | None, every: int = 1) -> list[str]:
@@ -644,6 +707,7 @@ def _smooth_walls_arguments(p: argparse.ArgumentParser) -> None:
 def _run_check(args: argparse.Namespace) -> int:
     from flowlearn.data.conservation import check_files, summary, table
 
+    check_distinct_files("DATA", args.data, "give each file once (its fractures would be counted twice)")
     try:
         checks = check_files(args.data, margin=args.margin)
     except SettingError as err:
@@ -690,7 +754,7 @@ def _positive_float(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+        raise argparse.ArgumentTypeError(f"{finite_problem('must be a number > 0', value)}, got {text}")
     return value
 
 
@@ -736,14 +800,15 @@ def _run_ensemble(args: argparse.Namespace) -> int:
             "PREDICTIONS", f"must be at least {MIN_MEMBERS} files (the members), got {len(args.predictions)}"
         )
     _check_new_output(args.output, args.predictions, "one of the members")
-    resolved = [Path(path).resolve() for path in args.predictions]
-    for i, path in enumerate(args.predictions):
-        if resolved[i] in resolved[:i]:
-            earlier = args.predictions[resolved.index(resolved[i])]
-            also = "" if earlier == path else f" (also as {earlier})"
-            raise SettingError("PREDICTIONS", f"gives {path} twice{also}: the members must be different runs")
+    check_distinct_files("PREDICTIONS", args.predictions, "the members must be different runs")
+    _check_predictions_files("PREDICTIONS", args.predictions)
     check_writable(args.output)
-    calibrate = None if args.calibrate == "none" else args.calibrate
+    _check_runs_once(args.predictions)
+    # The default calibration split (val) gives way to the members' spread where it holds no reference flow rate, as
+    # the ensemble's docstring says; a split asked for by name is refused there.
+    calibrate = {"none": None, None: "val"}.get(args.calibrate, args.calibrate)
+    if calibrate is not None:
+        _check_calibration(args.predictions, calibrate, args.level, explicit=args.calibrate is not None)
     count = write_ensemble(args.predictions, args.output, args.level, calibrate)
     print(
         f"wrote the ensemble of {len(args.predictions)} members' predictions of {count} fracture(s) to {args.output}"
@@ -758,20 +823,155 @@ def _ensemble_arguments(p: argparse.ArgumentParser) -> None:
         nargs="+",
         help="the members' predictions files (two or more, all different)",
     )
-    p.add_argument("-o", "--output", type=_path, required=True, help="predictions file to write")
+    p.add_argument(
+        "-o", "--output", type=_path, required=True, help="predictions file to write (not one of PREDICTIONS)"
+    )
     p.add_argument(
         "--level",
         type=_probability,
         default=0.9,
-        help="level of each flow rate's interval, in (0, 1) (default 0.9)",
+        help="level of each flow rate's interval, in (0, 1); split conformal needs at least level / (1 - level) "
+        "calibration fractures (9 at 0.9)",
     )
     p.add_argument(
         "--calibrate",
         choices=("val", "train", "test", "none"),
-        default="val",
-        help="the split whose reference flow rates calibrate the intervals (split conformal; default val); none: "
-        "the members' own spread (Student-t)",
+        default=None,
+        help="the split whose reference flow rates calibrate the intervals (split conformal; default val, or the "
+        "members' spread where no val fracture has one; a split named here must have them); none: the members' own "
+        "spread (Student-t)",
     )
+
+
+def _check_predictions_files(option: str, paths: Sequence[str]) -> None:
+    """Raise :class:`DataValidationError` for a folder among ``paths``, which ``option`` takes predictions files for:
+    for a run directory, naming its predictions.h5."""
+    for path in paths:
+        if Path(path).is_dir():
+            inside = Path(path) / "predictions.h5"
+            if inside.is_file():
+                raise DataValidationError(f"{option} {path} is a run directory: give {inside}")
+            raise DataValidationError(f"{option} {path} is a directory, not a predictions file")
+
+
+def _recorded_members(path: Path) -> list[Path]:
+    """The member files that the ensemble's predictions file ``path`` records, resolved; [] for a single model's
+    file, or one that cannot be read (the ensemble then says why). A member is recorded as its command line named
+    it: a relative name is taken from here, or, where nothing is here, from beside ``path``."""
+    import numpy as np
+
+    from flowlearn.data.schema import open_file
+    from flowlearn.reporting.ensemble import MEMBERS
+
+    try:
+        with open_file(path) as f:
+            recorded = f.attrs.get(MEMBERS)
+    except (*USER_ERRORS, OSError):
+        return []
+    members = []
+    for name in np.atleast_1d(recorded if recorded is not None else []):
+        member = Path(name.decode(errors="replace") if isinstance(name, bytes) else str(name))
+        if not member.is_absolute() and not member.exists() and (path.parent / member).exists():
+            member = path.parent / member
+        members.append(member.resolve())
+    return members
+
+
+def _runs_of(path: Path, within: tuple[Path, ...] = ()) -> list[Path]:
+    """The single models' predictions files that the predictions file ``path`` stands for: itself, or for an
+    ensemble its members', down to the single models."""
+    members = [] if path in within else _recorded_members(path)
+    return [run for member in members for run in _runs_of(member, (*within, path))] if members else [path]
+
+
+def _check_runs_once(paths: Sequence[str]) -> None:
+    """Raise :class:`SettingError` where a member is an ensemble whose own members the other members count again
+    (by the members its file records)."""
+    runs = [_runs_of(Path(path).resolve()) for path in paths]
+    for i, path in enumerate(paths):
+        if runs[i] == [Path(path).resolve()]:
+            continue  # a single model's file
+        others = {run for j, theirs in enumerate(runs) if j != i for run in theirs}
+        again = [str(run) for run in runs[i] if run in others]
+        if again:
+            counted = "which" if len(again) == len(runs[i]) else f"of which {', '.join(again)}"
+            raise SettingError(
+                "PREDICTIONS",
+                f"{path} is itself an ensemble of {', '.join(map(str, runs[i]))}, {counted} the other members "
+                "count again: give each run once",
+            )
+
+
+def _prediction_records(path: str) -> dict[str, tuple[str, float, float]] | None:
+    """Per group of the predictions file ``path``: its split, flow rate and reference flow rate, from the
+    attributes alone; None for a file that cannot be read so (the ensemble then says why)."""
+    from flowlearn.data.schema import open_file
+
+    try:
+        with open_file(path) as f:
+            return {
+                name: (
+                    str(group.attrs["split"]),
+                    float(group.attrs.get("flow_rate", math.nan)),
+                    float(group.attrs.get("flow_rate_reference", math.nan)),
+                )
+                for name, group in f.items()
+            }
+    except (*USER_ERRORS, OSError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _conformal_rank(count: int, level: float) -> int:
+    """The rank of the calibration score that split conformal prediction takes from ``count`` scores at ``level``,
+    as :func:`~flowlearn.reporting.ensemble.combine` computes it: beyond ``count``, the interval is infinite."""
+    return math.ceil((count + 1) * level)
+
+
+def _check_calibration(paths: Sequence[str], split: str, level: float, explicit: bool) -> None:
+    """Raise :class:`SettingError` where the split-conformal interval cannot be made as asked: ``--calibrate
+    split`` named (``explicit``) where no fracture of the split has a reference flow rate (the interval would be the
+    members' Student-t one), or a ``--level`` whose rank lies beyond the calibration fractures (it would be
+    infinite, and left out)."""
+    records = [_prediction_records(path) for path in paths]
+    if any(record is None for record in records):
+        return
+    first = records[0]
+
+    def positive(value: float) -> bool:
+        return math.isfinite(value) and value > 0
+
+    in_split = [name for name, (group_split, _, _) in first.items() if group_split == split]
+    usable = [
+        name
+        for name in in_split
+        if positive(first[name][2]) and all(positive(record.get(name, first[name])[1]) for record in records)
+    ]
+    if explicit and not usable:
+        if not in_split:
+            held = ", ".join(sorted({group_split for group_split, _, _ in first.values()}))
+            problem = f"no member fracture is in split {split} (the members hold split {held})"
+        else:
+            problem = f"none of the members' {len(in_split)} {split} fractures has a reference flow rate"
+        raise SettingError("--calibrate", f"{split}: {problem}; use --calibrate none")
+    count = len(usable)
+    if count and _conformal_rank(count, level) > count:
+        # The fewest scores whose rank at ``level`` lies within them, n >= level / (1 - level), and the highest level
+        # of three decimals that the scores at hand allow, n / (n + 1) rounded down; each checked against round-off.
+        needed = max(1, math.ceil(level / (1 - level)))
+        for _ in range(3):
+            if needed > 1 and _conformal_rank(needed - 1, level) <= needed - 1:
+                needed -= 1
+            elif _conformal_rank(needed, level) > needed:
+                needed += 1
+        best = math.floor(count / (count + 1) * 1000) / 1000
+        if _conformal_rank(count, best) > count:
+            best -= 0.001
+        raise SettingError(
+            "--level",
+            f"{level} needs at least {needed} {split} fractures with a reference flow rate for a finite "
+            f"split-conformal interval, and the members have {count}: use --level at most {best:.3f}, or "
+            "--calibrate none",
+        )
 
 
 def _probability(text: str) -> float:
@@ -786,11 +986,11 @@ def _probability(text: str) -> float:
 
 
 def _run_evaluate(args: argparse.Namespace) -> int:
-    from flowlearn.errors import DataValidationError
     from flowlearn.reporting.ensemble import ensemble_coverage
     from flowlearn.reporting.heldout import held_out, outside_training, verdict_table
     from flowlearn.training.predictions import read_predictions
 
+    _check_predictions_files("PREDICTIONS", [args.predictions])
     fields = read_predictions(args.predictions)  # read once: the verdict, the intervals, the statistics
     try:
         result = held_out(args.predictions, args.split, fields)

@@ -128,22 +128,22 @@ def test_a_failed_run_is_reported_with_its_error_and_the_other_run_finishes(clus
     )
     output = result.stdout + result.stderr
     assert result.returncode == 2, output[-3000:]  # a run failed on a user's mistake
-    assert "error: optimizer.lr must be > 0, got -1" in result.stderr
+    assert "error: optimizer.lr must be a finite number > 0, got -1" in result.stderr
     assert "1 of 2 run(s) failed" in output
     assert "Traceback" not in output
     assert (tmp_path / "0" / "predictions.h5").is_file(), job_logs(tmp_path)
     assert not (tmp_path / "0" / "error.txt").exists()
     error, log = (tmp_path / "1" / "error.txt").read_text().splitlines()
-    assert error == "error: optimizer.lr must be > 0, got -1"
+    assert error == "error: optimizer.lr must be a finite number > 0, got -1"
     # The log it points to is the failed job's own stderr, which holds the error too.
     assert error in Path(log.removeprefix("log: ")).read_text()
 
     report = run_report(tmp_path)
     assert report.returncode == 1
-    assert "1 failed: error: optimizer.lr must be > 0, got -1" in report.stderr
+    assert "1 failed: error: optimizer.lr must be a finite number > 0, got -1" in report.stderr
     table = (tmp_path / "report.md").read_text()
     assert "| complete | 2 |" in table_row(table, "0")
-    assert "| failed: error: optimizer.lr must be > 0, got -1; log: " in table_row(table, "1")
+    assert "| failed: error: optimizer.lr must be a finite number > 0, got -1; log: " in table_row(table, "1")
 
 
 # Slow (~1 min): two SLURM tasks joining a process group (test_train.py's DDP test runs without SLURM).

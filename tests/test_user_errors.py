@@ -215,7 +215,13 @@ CONFIG_ROWS = [
         "trainer.val_check_interval must be a positive integer (batches) or a fraction in (0, 1], got 0",
     ),
     ("+trainer.val_check_interval=2.0", "trainer.val_check_interval must be a positive integer"),
-    ("+trainer.max_time=-1", "trainer.max_time must be DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping"),
+    (
+        "+trainer.max_time=-1",
+        "trainer.max_time must be a time longer than 0, as DD:HH:MM:SS (e.g. 00:12:00:00)",
+    ),
+    ("+trainer.max_time=00:00:00:00", "trainer.max_time must be a time longer than 0, as DD:HH:MM:SS"),
+    ("+trainer.max_time={minutes:0}", "trainer.max_time must be a time longer than 0"),
+    ("+trainer.max_time={fortnights:1}", "trainer.max_time must be a time longer than 0"),
     (
         "+trainer.limit_val_batches=-1",
         "trainer.limit_val_batches must be an integer >= 0 (batches) or a fraction",
@@ -284,6 +290,9 @@ CONFIG_ROWS = [
         "model.kernel_size must be at most 15 on these maps (beyond 2 x 8 - 1 a kernel",
     ),
     ("model=unet model.levels=10", "model.levels must be at most 3 on these maps (halving the shortest side"),
+    # Built layer by layer for its memory estimate, 100,000 layers had hung there.
+    ("model.depth=100000", "model.depth must be at most"),
+    ("model.depth=100000", "(beyond it the stack of 5-pixel kernels sees past the longest training map"),
     (
         "model.channels=100000",
         "the model (model.channels=100000, model.depth=3, model.kernel_size=5) needs about",
@@ -305,16 +314,18 @@ CONFIG_ROWS = [
         "+callbacks.progress_bar.refresh_rate=abc",
         "callbacks.progress_bar.refresh_rate must be an integer >= 0",
     ),
-    ("solver.rtol=-1", "solver.rtol must be > 0, got -1"),
-    ("solver.rtol=abc", "solver.rtol must be > 0, got 'abc'"),
+    ("solver.rtol=-1", "solver.rtol must be a finite number > 0, got -1"),
+    ("solver.rtol=abc", "solver.rtol must be a finite number > 0, got 'abc'"),
     ("+solver.max_iter=0", "solver.max_iter must be a positive integer, got 0"),
     ("+solver.max_change=1.5", "solver.max_change must be a number in (0, 1), got 1.5"),
     ("+solver.reuse_budget=-5", "solver.reuse_budget must be an integer >= 0, got -5"),
     ("+solver.multigrid_unknowns=-1", "solver.multigrid_unknowns must be an integer >= 0, got -1"),
     ("+solver.memory_fraction=0", "solver.memory_fraction must be a number in (0, 1], got 0"),
-    ("optimizer.lr=-0.001", "optimizer.lr must be > 0, got -0.001"),
-    ("optimizer.lr=0", "optimizer.lr must be > 0, got 0"),
-    ("optimizer.lr=abc", "optimizer.lr must be > 0, got 'abc'"),
+    ("optimizer.lr=-0.001", "optimizer.lr must be a finite number > 0, got -0.001"),
+    ("optimizer.lr=0", "optimizer.lr must be a finite number > 0, got 0"),
+    ("optimizer.lr=abc", "optimizer.lr must be a finite number > 0, got 'abc'"),
+    ("optimizer.lr=inf", "optimizer.lr must be a finite number > 0, got inf"),
+    ("solver.rtol=inf", "solver.rtol must be a finite number > 0, got inf"),
     ("optimizer=sgd optimizer.momentum=1.5", "optimizer.momentum must be a number in [0, 1), got 1.5"),
     ("optimizer=sgd optimizer.momentum=-0.1", "optimizer.momentum must be a number in [0, 1)"),
     ("loss.pressure=rmse", "loss.pressure must be one of ['mse', 'departure'], got 'rmse'"),
@@ -369,7 +380,7 @@ CONFIG_ROWS = [
     ),
     ("+trainer.min_epochs=-3", "trainer.min_epochs must be an integer >= 0, got -3"),
     ("+trainer.num_sanity_val_steps=-5", "trainer.num_sanity_val_steps must be an integer >= -1, got -5"),
-    ("+trainer.gradient_clip_val=-1", "trainer.gradient_clip_val must be a number >= 0, got -1"),
+    ("+trainer.gradient_clip_val=-1", "trainer.gradient_clip_val must be a finite number >= 0, got -1"),
     ("trainer.deterministic=maybe", "trainer.deterministic must be true or false or warn, got 'maybe'"),
     (
         "+trainer.max_steps=0",
@@ -384,7 +395,10 @@ CONFIG_ROWS = [
         "trainer.limit_train_batches must be a positive integer (batches) or a fraction",
     ),
     ("+trainer.strategy=foo", "trainer: You selected an invalid strategy name: `strategy='foo'`"),
-    ("+trainer.max_time=abc", "trainer.max_time must be DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping of days"),
+    (
+        "+trainer.max_time=abc",
+        "trainer.max_time must be a time longer than 0, as DD:HH:MM:SS (e.g. 00:12:00:00) or a",
+    ),
     ("solver.name=foo", "solver: unknown solver 'foo'; choose one of"),
     (
         "model._target_=flowlearn.models.Foo",
@@ -400,7 +414,7 @@ CONFIG_ROWS = [
         "callbacks.model_checkpoint.every_n_epochs must be a positive",
     ),
     ("callbacks.figures.every_n_epochs=abc", "callbacks.figures.every_n_epochs must be an integer >= 0"),
-    ("callbacks.figures.max_overhead=-1", "callbacks.figures.max_overhead must be a number >= 0"),
+    ("callbacks.figures.max_overhead=-1", "callbacks.figures.max_overhead must be a finite number >= 0"),
     # Hydra's own errors: misspelt keys, unknown options, malformed overrides.
     ("optimizer.lrr=0.1", "Could not override 'optimizer.lrr'"),
     ("solver=nonexistent", "Could not find 'solver/nonexistent'"),
@@ -1604,6 +1618,48 @@ def test_train_py_exits_2_with_one_line(files, tmp_path, overrides, message):
         "train.py", f"hydra.run.dir={tmp_path / 'run'}", f"data.path={files['good']}", *overrides
     )
     _one_line(result.returncode, result.stderr, message)
+
+
+def test_a_flow_along_y_is_refused_by_training_and_predict(trained_runs, tmp_path, capsys, monkeypatch):
+    # The solves impose the heads on the first and last columns: a map flowing along y had been solved across its
+    # flow, silently (its LCL flow rate 6 % off on the audit's map, training's departure error 0.99).
+    along_y = tmp_path / "along_y.h5"
+    fracture = _fracture("f0", shape=(8, 6))
+    write_fractures(
+        along_y, [Fracture("f0", fracture.aperture.T, fracture.pressure.T, voxel_size=1e-5, flow_axis="y")]
+    )
+    message = f"{along_y}: group 'f0': attribute 'flow_axis' is 'y'; training and prediction solve with the flow along x"
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={along_y}"])
+    _one_line(status, err, message)
+    output = tmp_path / "predictions.h5"
+    result = _process(
+        "-m", "flowlearn.cli", "predict", str(trained_runs["cnn"]), str(along_y), "-o", str(output)
+    )
+    _one_line(result.returncode, result.stderr, message)
+    assert not output.exists()
+
+
+def test_a_run_into_a_folder_that_holds_another_run_is_refused_before_hydra_writes(files, fake_run, tmp_path):
+    # The new run had overwritten .hydra/ and predictions.h5 and put its checkpoints beside the old ones.
+    recorded = (fake_run / ".hydra" / "config.yaml").read_text()
+    result = _process("train.py", f"hydra.run.dir={fake_run}", f"data.path={files['good']}")
+    _one_line(
+        result.returncode,
+        result.stderr,
+        f"hydra.run.dir: {fake_run} already holds a run's outputs (checkpoints/last.ckpt and 2 more): give a new "
+        f"folder, or resume it with ckpt_path={fake_run / 'checkpoints' / 'last.ckpt'}",
+    )
+    assert (fake_run / ".hydra" / "config.yaml").read_text() == recorded
+    sweep = tmp_path / "sweep"
+    (sweep / "1").mkdir(parents=True)
+    (sweep / "1" / "metrics.csv").write_text("epoch\n")
+    result = _process("train.py", "-m", f"hydra.sweep.dir={sweep}", f"data.path={files['good']}", "seed=0,1")
+    _one_line(
+        result.returncode,
+        result.stderr,
+        f"hydra.sweep.dir: {sweep} already holds a run's outputs (1/metrics.csv): give a new folder",
+    )
+    assert sorted(p.name for p in sweep.iterdir()) == ["1"]
 
 
 @pytest.mark.parametrize("launcher", ["sequential", "local"])

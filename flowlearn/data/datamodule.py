@@ -203,7 +203,7 @@ class FractureDataset(Dataset):
             "voxel_size": torch.tensor(fr.voxel_size, dtype=self.dtype),
             "inclination": torch.as_tensor(inclination_tensor(fr, self.slope_smoothing), dtype=self.dtype),
             "aperture_slope": torch.as_tensor(aperture_slope(fr), dtype=self.dtype),
-            "reference_error": torch.tensor(recorded_error(fr), dtype=self.dtype),
+            "reference_error": torch.tensor(recorded_error(fr, ref.path), dtype=self.dtype),
             "name": ref.key,
         }
 

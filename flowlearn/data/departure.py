@@ -24,8 +24,10 @@ from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
 from flowlearn.data.inclination import mid_surface_slope
-from flowlearn.data.refinement import is_inferred
+from flowlearn.data.provenance import provenance_number, provenance_record, where
+from flowlearn.data.refinement import INFERRED
 from flowlearn.data.schema import Fracture, read_fractures
+from flowlearn.errors import DataValidationError
 
 
 def lcl_flow_rate(fracture: Fracture) -> float:
@@ -34,8 +36,7 @@ def lcl_flow_rate(fracture: Fracture) -> float:
     Apertures are taken in the fracture's units (metres when ``voxel_size`` is known), so the result is in
     those units cubed times the head drop.
     """
-    if fracture.aperture.ndim != 2 or fracture.flow_axis != "x":
-        raise ValueError(f"{fracture.name}: the LCL flow rate needs a 2D map with flow along x")
+    check_solvable(fracture)
     active = fracture.active
     problem = DarcyProblem.fracture(
         fracture.aperture.shape,
@@ -50,6 +51,22 @@ def lcl_flow_rate(fracture: Fracture) -> float:
         log_t = np.where(active, 3 * np.log(fracture.aperture) - math.log(12.0), 0.0)
     log_t = torch.as_tensor(log_t)
     return float(outlet_flow_rate(log_t, solve_pressure(log_t, problem), problem))
+
+
+def check_solvable(fracture: Fracture, path: str | os.PathLike | None = None) -> None:
+    """Raise :class:`DataValidationError` naming file and group unless ``fracture`` is a 2D map with flow along x,
+    the maps whose LCL flow rate :func:`lcl_flow_rate` solves for."""
+    if fracture.aperture.ndim != 2:
+        shape = "x".join(map(str, fracture.shape))
+        raise DataValidationError(
+            f"{where(fracture, path)}: the LCL flow rate needs a 2D map with flow along x, this one is "
+            f"{fracture.aperture.ndim}D ({shape})"
+        )
+    if fracture.flow_axis != "x":
+        raise DataValidationError(
+            f"{where(fracture, path)}: the LCL flow rate needs a 2D map with flow along x, this one has flow_axis "
+            f"{fracture.flow_axis!r} (transpose the map to flow along x)"
+        )
 
 
 def hydraulic_aperture(fracture: Fracture) -> float:
@@ -100,12 +117,43 @@ class Departure:
         return self.ratio - 1.0
 
 
-def departure(fracture: Fracture) -> Departure:
-    """The :class:`Departure` of ``fracture``, which must store a ``flow_rate``."""
+@dataclass(frozen=True)
+class _Recorded:
+    """What a fracture's provenance records for its :class:`Departure`, read and checked before any solve."""
+
+    wall_slope: float
+    convergence: float
+    convergence_inferred: bool
+
+
+def _recorded(fracture: Fracture, path: str | os.PathLike | None) -> _Recorded:
+    """Check that ``fracture`` can be solved (:func:`check_solvable`) and read the numbers its provenance records
+    (``geometry.wall_slope``, ``convergence.flow_rate_change``; NaN where absent), naming file and group where one
+    is not a number."""
+    check_solvable(fracture, path)
+    return _Recorded(
+        wall_slope=provenance_number(fracture, "geometry.wall_slope", path),
+        convergence=provenance_number(fracture, "convergence.flow_rate_change", path),
+        convergence_inferred=provenance_record(fracture, "convergence", path).get("how") == INFERRED,
+    )
+
+
+def departure(fracture: Fracture, path: str | os.PathLike | None = None) -> Departure:
+    """The :class:`Departure` of ``fracture``, which must store a ``flow_rate``; ``path``, its file, is named by
+    the errors.
+
+    Raises:
+        DataValidationError: naming file and group: a map that is not 2D with flow along x
+            (:func:`check_solvable`), or a provenance entry read here (``geometry.wall_slope``,
+            ``convergence.flow_rate_change``) that is not a number; both before the solve.
+    """
+    return _departure(fracture, _recorded(fracture, path))
+
+
+def _departure(fracture: Fracture, recorded: _Recorded) -> Departure:
     q_lcl = lcl_flow_rate(fracture)
     aperture = np.where(fracture.active, np.asarray(fracture.aperture, np.float64), 0.0)
     mean = float(aperture.mean())
-    convergence = fracture.provenance.get("convergence", {})
     return Departure(
         name=fracture.name,
         flow_rate=fracture.flow_rate,
@@ -115,15 +163,22 @@ def departure(fracture: Fracture) -> Departure:
         contact_fraction=float((aperture == 0).mean()),
         hydraulic_ratio=hydraulic_aperture(fracture) / mean if mean > 0 else math.nan,
         mid_slope=mid_surface_slope(fracture),
-        wall_slope=float(fracture.provenance.get("geometry", {}).get("wall_slope", math.nan)),
-        convergence=float(convergence.get("flow_rate_change", math.nan)),
-        convergence_inferred=is_inferred(fracture),
+        wall_slope=recorded.wall_slope,
+        convergence=recorded.convergence,
+        convergence_inferred=recorded.convergence_inferred,
     )
 
 
 def departures(path: str | os.PathLike) -> list[Departure]:
-    """:class:`Departure` of every fracture of ``path`` that stores a ``flow_rate``, in group order."""
-    return [departure(fracture) for fracture in read_fractures(path) if fracture.flow_rate is not None]
+    """:class:`Departure` of every fracture of ``path`` that stores a ``flow_rate``, in group order.
+
+    Raises:
+        DataValidationError: naming file and group, for the first fracture that :func:`departure` refuses; every
+            fracture is checked before the first solve.
+    """
+    fractures = [fracture for fracture in read_fractures(path) if fracture.flow_rate is not None]
+    recorded = [_recorded(fracture, path) for fracture in fractures]
+    return [_departure(fracture, record) for fracture, record in zip(fractures, recorded)]
 
 
 # What real rough fractures show, for `flowlearn departure` to print beside a dataset's statistics: the Departure

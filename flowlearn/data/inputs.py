@@ -141,13 +141,19 @@ def missing_walls(
 
 
 def require_inputs(paths: Sequence[str | os.PathLike], names: Sequence[str], needed_by: str) -> None:
-    """Raise :func:`missing_walls`'s error for the first fracture of ``paths`` that lacks what ``names`` need; reads
-    no arrays, so it suits a check before long work."""
-    if not needing_walls(names):
-        return
+    """Raise :class:`DataValidationError` for the first fracture of ``paths`` that a model reading ``names`` cannot
+    take: a flow along another axis than x (the pressure solves of training and prediction impose their heads on
+    the first and last columns), or no walls where ``names`` need them (:func:`missing_walls`). Reads no arrays, so
+    it suits a check before long work."""
     for path in paths:
         for info in list_fractures(path):
-            if not info.walls:
+            if info.flow_axis != "x":
+                raise DataValidationError(
+                    f"{os.fspath(path)}: group '{info.name}': attribute 'flow_axis' is {info.flow_axis!r}; training "
+                    "and prediction solve with the flow along x (the last array axis): transpose its fields so that "
+                    "the flow runs along x"
+                )
+            if needing_walls(names) and not info.walls:
                 raise missing_walls(path, info.name, names, needed_by)
 
 

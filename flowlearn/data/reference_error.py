@@ -33,7 +33,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowlearn.data.schema import Fracture, read_fractures, write_fractures
+from flowlearn.data.provenance import provenance_number, provenance_record, where
+from flowlearn.data.schema import (
+    Fracture,
+    list_fractures,
+    open_file,
+    read_fractures,
+    read_open,
+    write_fractures,
+)
 from flowlearn.errors import DataValidationError
 
 # The solver modules are imported where they are used: reading a record (the training data does, for every
@@ -82,12 +90,18 @@ def smooth_walls(paths: Sequence[str | os.PathLike]) -> dict[str, SmoothWalls]:
     source: dict[int, str] = {}
     for path in paths:
         for fracture in read_fractures(path):
-            record = fracture.provenance.get("stokes", {})
+            record = provenance_record(fracture, "stokes", path)
             if record.get("mesh") != "walls":
                 raise DataValidationError(
                     f"{path}, {fracture.name}: not a wall-fitted Stokes solve (flowlearn stokes --mesh walls -o FILE)"
                 )
-            cells = int(record["settings"]["cells_per_voxel"])
+            cells = provenance_number(fracture, "stokes.settings.cells_per_voxel", path, default=None)
+            if not (cells.is_integer() and cells >= 1):
+                raise DataValidationError(
+                    f"{where(fracture, path)}: provenance stokes.settings.cells_per_voxel is {cells!r}; expected an "
+                    "integer >= 1"
+                )
+            cells = int(cells)
             by_resolution.setdefault(cells, {})[fracture.name] = fracture
             source.setdefault(cells, str(path))
     if len(by_resolution) != 2:
@@ -161,15 +175,33 @@ def measured_record(reference: Fracture, smooth: SmoothWalls) -> dict[str, Any]:
     }
 
 
-def recorded_error(fracture: Fracture) -> tuple[float, ...]:
-    """The :data:`ERRORS` of ``fracture``'s reference as its provenance records them, NaN each where none is."""
-    record = fracture.provenance.get(RECORD, {})
-    return tuple(float(record.get(key, math.nan)) for key in ERRORS)
+def recorded_error(fracture: Fracture, path: str | os.PathLike | None = None) -> tuple[float, ...]:
+    """The :data:`ERRORS` of ``fracture``'s reference as its provenance records them, NaN each where none is.
+
+    Raises:
+        DataValidationError: naming ``path`` (where given), the group and the entry (``provenance
+            reference_error.departure_error``), where one is not a number or the record is no JSON object.
+    """
+    return tuple(provenance_number(fracture, f"{RECORD}.{key}", path) for key in ERRORS)
+
+
+def check_recorded_errors(path: str | os.PathLike) -> None:
+    """Read the recorded reference error of every fracture of ``path`` (:func:`recorded_error`), one fracture at a
+    time: for a check before training, whose dataset reads each record only when it first loads the fracture.
+
+    Raises:
+        DataValidationError: naming file, group and entry, for the first record that is not one of numbers.
+    """
+    names = [info.name for info in list_fractures(path)]
+    with open_file(path) as f:
+        for name in names:
+            recorded_error(read_open(f, name, validate=False), path)
 
 
 def is_measured(fracture: Fracture) -> bool:
     """Whether ``fracture``'s provenance holds a measured reference error."""
-    return fracture.provenance.get(RECORD, {}).get("how") == MEASURED
+    record = fracture.provenance.get(RECORD)
+    return isinstance(record, dict) and record.get("how") == MEASURED
 
 
 def record_file(path: str | os.PathLike, stokes_paths: Sequence[str | os.PathLike]) -> list[str]:
@@ -210,12 +242,15 @@ def infer_file(path: str | os.PathLike) -> tuple[dict[str, float], int]:
     atomically. Returns (the medians of :data:`ERRORS` by name, how many were measured).
 
     Raises:
-        DataValidationError: fewer than :data:`MIN_MEASURED` measured fractures.
+        DataValidationError: fewer than :data:`MIN_MEASURED` measured fractures, or a record that is no JSON object
+            or a measured error that is not a number (naming file, group and entry); before anything is written.
     """
     from flowlearn.data.refinement import flowlearn_fractures
 
     fractures, attrs = flowlearn_fractures(path)
-    measured = np.array([recorded_error(fracture) for fracture in fractures if is_measured(fracture)])
+    for fracture in fractures:
+        provenance_record(fracture, RECORD, path)
+    measured = np.array([recorded_error(fracture, path) for fracture in fractures if is_measured(fracture)])
     if len(measured) < MIN_MEASURED:
         raise DataValidationError(
             f"{path}: {len(measured)} fracture(s) record a measured reference error, at least {MIN_MEASURED} are "

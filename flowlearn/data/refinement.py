@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 
 from flowlearn.data.lbm import LBMSettings, pick_target
+from flowlearn.data.provenance import provenance_entry, provenance_number, provenance_record, where
 from flowlearn.data.roughness import geometry_stats
 from flowlearn.data.schema import Fracture, detect_layout, open_file, read_fractures, write_fractures
-from flowlearn.errors import DataValidationError
+from flowlearn.errors import DataValidationError, SettingError
 
 MEASURED = "measured: the LBM on the 2x grid"
 INFERRED = "inferred: a straight line in the rms wall slope, fitted to this file's measured fractures"
@@ -41,14 +42,31 @@ def measured_convergence(change: float) -> dict[str, Any]:
     return {"flow_rate_change": float(change), "how": MEASURED}
 
 
+def _how(fracture: Fracture) -> Any:
+    """How ``fracture``'s convergence estimate was made (its record's "how"), None where it records none (or a
+    record that is no JSON object, which :func:`measured_change` names)."""
+    record = fracture.provenance.get("convergence")
+    return record.get("how") if isinstance(record, dict) else None
+
+
 def is_measured(fracture: Fracture) -> bool:
     """Whether ``fracture``'s provenance holds a measured convergence estimate."""
-    return fracture.provenance.get("convergence", {}).get("how") == MEASURED
+    return _how(fracture) == MEASURED
 
 
 def is_inferred(fracture: Fracture) -> bool:
     """Whether ``fracture``'s provenance holds a convergence estimate inferred by a :class:`Rule`."""
-    return fracture.provenance.get("convergence", {}).get("how") == INFERRED
+    return _how(fracture) == INFERRED
+
+
+def measured_change(fracture: Fracture, path: str | os.PathLike | None = None) -> float:
+    """The measured change Q(2×)/Q(1×) - 1 that ``fracture``'s provenance records.
+
+    Raises:
+        DataValidationError: naming file, group and ``provenance convergence.flow_rate_change``, where it is
+            missing, not a number, or not finite (a rule fitted through NaN would record NaN in every fracture).
+    """
+    return provenance_number(fracture, "convergence.flow_rate_change", path, default=None, finite=True)
 
 
 def wall_slope(fracture: Fracture) -> float:
@@ -88,12 +106,18 @@ class Rule:
 
 
 def infer_rule(slopes: Sequence[float], changes: Sequence[float]) -> Rule:
-    """The least-squares :class:`Rule` through measured (rms wall slope, change) pairs.
+    """The least-squares :class:`Rule` through measured (rms wall slope, change) pairs, which must be finite
+    numbers (:func:`measured_change` reads the changes from a file and names the fracture of one that is not).
 
     Raises:
-        DataValidationError: fewer than :data:`MIN_MEASURED_FOR_RULE` pairs, or slopes that do not vary.
+        DataValidationError: fewer than :data:`MIN_MEASURED_FOR_RULE` pairs, slopes that do not vary, or a pair
+            that is not finite.
     """
     x, y = np.asarray(slopes, np.float64), np.asarray(changes, np.float64)
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise DataValidationError(
+            f"a rule needs finite measured slopes and changes, got slopes {x.tolist()} and changes {y.tolist()}"
+        )
     if x.size < MIN_MEASURED_FOR_RULE:
         raise DataValidationError(
             f"a rule needs at least {MIN_MEASURED_FOR_RULE} measured fractures, this file has {x.size}: measure "
@@ -121,12 +145,32 @@ def refinable(fracture: Fracture, path: str | os.PathLike) -> None:
         raise DataValidationError(f"{where}: refinement runs on 2D maps with flow along x")
 
 
-def lbm_settings_of(fracture: Fracture, threads: int | None) -> LBMSettings:
+def lbm_settings_of(
+    fracture: Fracture, threads: int | None, path: str | os.PathLike | None = None
+) -> LBMSettings:
     """The LBM settings its reference ran with (from its provenance; the defaults where it records none), on
-    ``threads`` threads: the refined run must differ from it in resolution only."""
-    recorded = dict(fracture.provenance.get("lbm", {}).get("settings", {}))
-    known = {name: value for name, value in recorded.items() if name in LBMSettings.__dataclass_fields__}
-    return replace(LBMSettings(**known), threads=threads)
+    ``threads`` threads: the refined run must differ from it in resolution only.
+
+    Raises:
+        DataValidationError: naming file, group and the provenance entry (``provenance lbm.settings.omega``),
+            where a recorded setting is out of its range or not a record of settings.
+    """
+    recorded = provenance_record(fracture, "lbm.settings", path)
+    known = {
+        name: value
+        for name, value in recorded.items()
+        # The threads are this run's, not the reference's: a recorded count is replaced, not checked.
+        if name in LBMSettings.__dataclass_fields__ and name != "threads"
+    }
+    try:
+        settings = LBMSettings(**known)
+    except SettingError as error:
+        entry = f"lbm.settings.{error.field}"
+        problem = error.problem.rsplit(", got ", 1)[0]  # the value is shown as the provenance holds it
+        raise DataValidationError(
+            f"{where(fracture, path)}: provenance {entry} is {provenance_entry(fracture, entry)!r}; it {problem}"
+        ) from None
+    return replace(settings, threads=threads)
 
 
 def flowlearn_fractures(path: str | os.PathLike) -> tuple[list[Fracture], dict[str, Any]]:
@@ -166,7 +210,7 @@ def refine_file(
     chosen = [fracture for fracture in fractures if fracture.name in names and not is_measured(fracture)]
     for fracture in chosen:
         refinable(fracture, path)
-    settings = {fracture.name: lbm_settings_of(fracture, threads) for fracture in chosen}
+    settings = {fracture.name: lbm_settings_of(fracture, threads, path) for fracture in chosen}
     for target in {each.target for each in settings.values()}:
         pick_target(target)  # a missing compiler or GPU: one line before the first run
     measured = 0
@@ -186,13 +230,18 @@ def refine_file(
 
 def infer_file(path: str | os.PathLike) -> Rule:
     """Fit :func:`infer_rule` to the measured fractures of ``path`` and record its estimate in every other fracture
-    that stores its walls (replacing earlier inferred ones); the file is rewritten atomically. Returns the rule."""
+    that stores its walls (replacing earlier inferred ones); the file is rewritten atomically. Returns the rule.
+
+    Raises:
+        DataValidationError: naming file and group, a measured change that is not a finite number
+            (:func:`measured_change`), a convergence record that is no JSON object; before anything is written.
+    """
     fractures, attrs = flowlearn_fractures(path)
+    for fracture in fractures:
+        provenance_record(fracture, "convergence", path)
     measured = [fracture for fracture in fractures if is_measured(fracture)]
-    rule = infer_rule(
-        [wall_slope(fracture) for fracture in measured],
-        [fracture.provenance["convergence"]["flow_rate_change"] for fracture in measured],
-    )
+    changes = [measured_change(fracture, path) for fracture in measured]
+    rule = infer_rule([wall_slope(fracture) for fracture in measured], changes)
     for fracture in fractures:
         if not is_measured(fracture) and fracture.bottom is not None and fracture.voxel_size > 0:
             fracture.provenance["convergence"] = rule.record(wall_slope(fracture))

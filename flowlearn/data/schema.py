@@ -46,7 +46,7 @@ import math
 import os
 import stat
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -86,6 +86,11 @@ WIDEST_APERTURE = 10
 # is unknown, this fraction of the mean separation (the aperture is then expected to be the separation itself).
 WALL_TOLERANCE_VOXELS = 1.0
 WALL_TOLERANCE_RELATIVE = 1e-6
+# The largest inlet or outlet pressure (head), in absolute value. Heads in pascals stay below 1e10 in any rock (a
+# few GPa at the depth of the deepest wells), and in metres of water far below that; beyond 1e12 no unit of
+# pressure describes a real fracture, and near float64's range their difference overflows (1e308 - -1e308 = inf),
+# which had made every tolerance derived from it infinite and every check on it pass.
+HEAD_LIMIT = 1e12
 
 Layout = Literal["flowlearn", "original"]
 
@@ -138,12 +143,13 @@ class Fracture:
 @dataclass(frozen=True)
 class FractureInfo:
     """What a reader needs to plan batches without loading arrays: group name, array shape, whether the group
-    stores the walls (``bottom`` and ``top``), and whether its voxel size is known."""
+    stores the walls (``bottom`` and ``top``), whether its voxel size is known, and the axis its flow runs along."""
 
     name: str
     shape: tuple[int, ...]
     walls: bool = False
     voxel_size_known: bool = False
+    flow_axis: str = "x"
 
 
 def _where(path: str | os.PathLike, group: str | None = None, name: str | None = None) -> str:
@@ -158,13 +164,13 @@ def _where(path: str | os.PathLike, group: str | None = None, name: str | None =
 def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") -> None:
     """Check one fracture against the schema; raise :class:`DataValidationError` on the first violation.
 
-    Checks: 2D or 3D shape, equal shapes of aperture, pressure and mask, finite values, non-negative aperture, a
+    Checks: 2D or 3D shape, equal shapes of aperture, pressure and mask, a known flow axis with at least
+    ``MIN_FLOW_LENGTH`` pixels along it and 2 along every other axis, finite values, non-negative aperture, a
     voxel size > 0 or NaN, apertures below ``WIDEST_APERTURE`` lengths of the map's longest side where the voxel
-    size is known, finite inlet and outlet pressures, a known flow axis with at least ``MIN_FLOW_LENGTH`` pixels
-    along it and 2 along every other axis, and boundary faces whose mean pressure over
-    active cells matches the declared inlet and outlet within ``BOUNDARY_TOLERANCE`` of their difference, and a
-    pressure within ``PRESSURE_RANGE_TOLERANCE`` of their difference of the range between them. Zero
-    apertures are inactive cells, not errors.
+    size is known, finite inlet and outlet pressures within ``HEAD_LIMIT`` of 0, and boundary faces whose mean
+    pressure over active cells matches the declared inlet and outlet within ``BOUNDARY_TOLERANCE`` of their
+    difference, and a pressure within ``PRESSURE_RANGE_TOLERANCE`` of their difference of the range between them.
+    Zero apertures are inactive cells, not errors.
     """
     g = fracture.name
     ap, p = fracture.aperture, fracture.pressure
@@ -190,6 +196,8 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
                 f"{_where(path, g, fname)}: shape {arr.shape} does not match aperture shape {ap.shape}"
             )
     fields = (*fields, *walls)
+    # The shape before any value: statistics of an empty map (its mean, its walls' mean) are NaN, with warnings.
+    _check_shape(fracture, path)
     voxel = fracture.voxel_size
     if not (math.isnan(voxel) or (math.isfinite(voxel) and voxel > 0)):
         raise DataValidationError(
@@ -201,6 +209,13 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
             raise DataValidationError(
                 f"{_where(path, g)}: attribute '{side}' is {getattr(fracture, side)!r}; expected a finite number"
             )
+    heads = (fracture.inlet_pressure, fracture.outlet_pressure)
+    if any(abs(head) > HEAD_LIMIT for head in heads):
+        raise DataValidationError(
+            f"{_where(path, g)}: attributes 'inlet_pressure' and 'outlet_pressure' are {heads[0]:g} and "
+            f"{heads[1]:g}; each must be a number in [{-HEAD_LIMIT:g}, {HEAD_LIMIT:g}] (beyond, no unit describes a "
+            "real fracture, and near float64's range their difference overflows)"
+        )
     if fracture.flow_rate is not None and not (math.isfinite(fracture.flow_rate) and fracture.flow_rate > 0):
         raise DataValidationError(
             f"{_where(path, g)}: attribute 'flow_rate' is {fracture.flow_rate!r}; expected a finite number > 0"
@@ -220,6 +235,14 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
     _check_aperture_unit(fracture, path)
     if walls:
         _check_walls(fracture, path)
+    if p is not None:
+        _check_boundaries(fracture, path)
+
+
+def _check_shape(fracture: Fracture, path: str | os.PathLike) -> None:
+    """A known flow axis that the array has, at least :data:`MIN_FLOW_LENGTH` pixels along it and 2 along every
+    other axis."""
+    g, ap = fracture.name, fracture.aperture
     if fracture.flow_axis not in FLOW_AXES or -FLOW_AXES[fracture.flow_axis] > ap.ndim:
         raise DataValidationError(
             f"{_where(path, g)}: attribute 'flow_axis' is {fracture.flow_axis!r}; "
@@ -234,12 +257,12 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
         )
     narrow = [axis for axis, size in enumerate(ap.shape) if size < 2]
     if narrow:
+        axis = narrow[0]
+        pixels = "1 pixel" if ap.shape[axis] == 1 else f"{ap.shape[axis]} pixels"
         raise DataValidationError(
-            f"{_where(path, g, 'aperture')}: shape {ap.shape} has 1 pixel along axis {narrow[0]}; a map needs at "
-            "least 2 along every axis (the slopes of the aperture and the walls are differences between pixels)"
+            f"{_where(path, g, 'aperture')}: shape {ap.shape} has {pixels} along axis {axis}; a map needs at least 2 "
+            "along every axis (the slopes of the aperture and the walls are differences between pixels)"
         )
-    if p is not None:
-        _check_boundaries(fracture, path)
 
 
 def _check_aperture_unit(fracture: Fracture, path: str | os.PathLike) -> None:
@@ -542,7 +565,8 @@ def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
             voxel = layout == "flowlearn" and math.isfinite(
                 _number_attribute(path, name, g, "voxel_size", math.nan)
             )
-            infos.append(FractureInfo(name, shape[2:] if layout == "original" else shape, walls, voxel))
+            axis = str(g.attrs.get("flow_axis", "x")) if layout == "flowlearn" else "x"
+            infos.append(FractureInfo(name, shape[2:] if layout == "original" else shape, walls, voxel, axis))
         return infos
 
 
@@ -701,13 +725,14 @@ def write_fractures(
     path: str | os.PathLike,
     fractures: Sequence[Fracture],
     layout: Layout = "flowlearn",
-    attrs: dict[str, str] | None = None,
+    attrs: dict[str, Any] | None = None,
 ) -> None:
     """Validate ``fractures`` and write them atomically to ``path`` in the given layout.
 
     ``attrs`` are extra root attributes of the flowlearn layout (``recipe``: how the file was made). The original
     layout stores only 2D aperture and pressure as (1, 1, H, W) float32 and drops mask, walls and attributes; it
-    requires inlet 2 and outlet 1 along x, since that is what its readers assume.
+    requires inlet 2 and outlet 1 along x, since that is what its readers assume, and a mask that leaves no cell of
+    aperture > 0 inactive (:func:`check_original_layout`).
     """
     if layout not in ("flowlearn", "original"):
         raise ValueError(f"unknown layout {layout!r}; expected 'flowlearn' or 'original'")
@@ -718,15 +743,8 @@ def write_fractures(
         raise DataValidationError(f"{_where(path)}: duplicate fracture names in {names}")
     for fracture in fractures:
         validate_fracture(fracture, path)
-        if layout == "original" and (
-            fracture.aperture.ndim != 2
-            or fracture.flow_axis != "x"
-            or (fracture.inlet_pressure, fracture.outlet_pressure) != (2.0, 1.0)
-        ):
-            raise DataValidationError(
-                f"{_where(path, fracture.name)}: the original layout holds only 2D fractures with flow "
-                f"along x, inlet 2 and outlet 1"
-            )
+        if layout == "original":
+            check_original_layout(fracture, path)
     with atomic_hdf5(path) as f:
         if layout == "original":
             for fr in fractures:
@@ -759,11 +777,82 @@ def write_fractures(
                 g.attrs["provenance"] = json.dumps(fr.provenance, sort_keys=True)
 
 
-def convert(src: str | os.PathLike, dst: str | os.PathLike, layout: Layout = "flowlearn") -> int:
-    """Read every fracture of ``src`` (either layout), validate, and write them to ``dst`` in ``layout``.
+def check_original_layout(fracture: Fracture, path: str | os.PathLike) -> None:
+    """Raise :class:`DataValidationError` (naming ``path``, the group and what) where the original layout cannot
+    hold ``fracture`` as the same fracture: a 3D map, flow along another axis or other heads than inlet 2 and outlet
+    1 (what its readers assume), or a mask that makes cells of aperture > 0 inactive, which the layout, keeping no
+    mask, would make active."""
+    if (
+        fracture.aperture.ndim != 2
+        or fracture.flow_axis != "x"
+        or (fracture.inlet_pressure, fracture.outlet_pressure) != (2.0, 1.0)
+    ):
+        raise DataValidationError(
+            f"{_where(path, fracture.name)}: the original layout holds only 2D fractures with flow "
+            f"along x, inlet 2 and outlet 1"
+        )
+    if fracture.mask is not None:
+        lost = ~fracture.mask.astype(bool) & (fracture.aperture > 0)
+        if lost.any():
+            raise DataValidationError(
+                f"{_where(path, fracture.name, 'mask')}: the original layout keeps no mask, so its {int(lost.sum())} "
+                f"inactive cell(s) of aperture > 0 (the first at {_first_pixel(lost)}) would become active; keep "
+                "the flowlearn layout, or set their aperture to 0"
+            )
+
+
+def _root_attributes(path: str | os.PathLike) -> dict[str, Any]:
+    """The optional root attributes of a file in the flowlearn layout (``recipe``), {} for the original layout."""
+    with _open(path) as f:
+        if detect_layout(f, path) != "flowlearn":
+            return {}
+        return {key: f.attrs[key] for key in ("recipe",) if key in f.attrs}
+
+
+def _left_out_by_original(fractures: Sequence[Fracture], attrs: dict[str, Any]) -> list[str]:
+    """What of ``fractures`` and the root attributes ``attrs`` the original layout does not keep, by name."""
+    left_out = [
+        name
+        for name, kept in (
+            ("voxel_size", any(math.isfinite(fr.voxel_size) for fr in fractures)),
+            ("flow_rate", any(fr.flow_rate is not None for fr in fractures)),
+            ("walls (bottom, top)", any(fr.bottom is not None for fr in fractures)),
+            ("provenance", any(fr.provenance for fr in fractures)),
+        )
+        if kept
+    ]
+    left_out += [f"root attribute {key}" for key in attrs]
+    wide = any(
+        arr is not None and arr.dtype.itemsize > 4 for fr in fractures for arr in (fr.aperture, fr.pressure)
+    )
+    return left_out + (["float64 precision (it stores float32)"] if wide else [])
+
+
+def convert(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    layout: Layout = "flowlearn",
+    note: Callable[[str], None] | None = None,
+) -> int:
+    """Read every fracture of ``src`` (either layout), validate, and write them to ``dst`` in ``layout``, with the
+    root attribute ``recipe`` where both layouts are flowlearn's.
+
+    Converting to the original layout refuses what would change a fracture (:func:`check_original_layout`: a mask's
+    inactive cells becoming active), naming ``src``; what the layout merely has no place for (voxel size, flow
+    rate, walls, provenance, recipe, float64) is left out, and ``note`` is given one line naming it, once ``dst``
+    is written. Refusing those too would refuse every file ``flowlearn generate`` writes, and with it the original
+    layout, whose readers (the original work's) use the aperture and reference pressure alone, which are kept.
 
     Returns the number of fractures written.
     """
     fractures = read_fractures(src)
-    write_fractures(dst, fractures, layout=layout)
+    attrs = _root_attributes(src)
+    left_out = []
+    if layout == "original":
+        for fracture in fractures:
+            check_original_layout(fracture, src)
+        left_out, attrs = _left_out_by_original(fractures, attrs), {}
+    write_fractures(dst, fractures, layout=layout, attrs=attrs)
+    if left_out and note is not None:
+        note(f"{dst}: the original layout keeps no {', '.join(left_out)}: written without them")
     return len(fractures)

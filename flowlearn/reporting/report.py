@@ -148,7 +148,8 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     Raises:
         RunDirectoryError: the directory does not exist or lacks a checkpoint, metrics, config or predictions, or
             its config or metrics cannot be read.
-        DataValidationError: its predictions.h5 is no predictions file (empty, truncated, of other contents).
+        DataValidationError: its predictions.h5 is no predictions file (empty, truncated, of other contents), or
+            a group of it breaks the schema (:func:`~flowlearn.training.predictions.read_predictions`).
         OutputError: ``output`` cannot be written (a read-only place, a full disk, a file in the way).
     """
     run_dir = Path(run_dir)
@@ -262,7 +263,7 @@ def report_sweep(
             try:
                 report = report_run(run, output / run.name, dpi=dpi)
             # Its outputs are all there, but one cannot be read: its config or metrics.csv (RunDirectoryError), or its
-            # predictions.h5 (DataValidationError).
+            # predictions.h5 (DataValidationError: not HDF5, or a group that breaks the predictions schema).
             except (RunDirectoryError, DataValidationError) as damaged:
                 status = "unreadable: " + str(damaged).replace("|", "\\|")
                 incomplete.append(f"{run} is unreadable: {damaged}")

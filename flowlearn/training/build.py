@@ -113,6 +113,14 @@ def check_network_size(
             f"halving the shortest side of the training maps ({shortest} pixels) more often leaves one pixel",
         ),
     }
+    kernel = model_cfg.get("kernel_size")
+    if is_integer(kernel) and kernel > 1:
+        # Each layer widens the receptive field by kernel - 1 pixels; the bisection below builds networks this deep.
+        map_bounds["depth"] = (
+            math.ceil((2 * longest - 2) / (kernel - 1)),
+            f"beyond it the stack of {kernel}-pixel kernels sees past the longest training map ({longest} pixels) "
+            "on both sides from every pixel, into padding only",
+        )
     options = {name: bound for name, bound in map_bounds.items() if name in model_cfg}
     memory = available_memory()
     within = f"within the {memory / 2**30:.3g} GiB this machine has available, in batches of {batch_size}"

@@ -1,6 +1,6 @@
 """Checks of a training config that Hydra's own schema cannot express: value ranges and files that must exist.
 
-Each problem is reported as one line that names the option, e.g. ``optimizer.lr must be > 0, got -0.001``.
+Each problem is reported as one line that names the option, e.g. ``optimizer.lr must be a finite number > 0, got -0.001``.
 Misspelt keys, unknown group options and malformed overrides are caught by Hydra itself, which lists the valid
 choices; :func:`hydra_errors_as_one_line` turns its message into one line too, and :class:`OutputDirCheck` stops a
 run whose output directory cannot be written before Hydra tries to write there. Every such mistake exits with
@@ -85,9 +85,12 @@ class OutputDirCheck(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         _writable_dir("hydra.run.dir", config.hydra.run.dir)
+        if OmegaConf.select(config, "ckpt_path") is None:
+            _no_earlier_run("hydra.run.dir", Path(config.hydra.run.dir), "*")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _writable_dir("hydra.sweep.dir", config.hydra.sweep.dir)
+        _no_earlier_run("hydra.sweep.dir", Path(config.hydra.sweep.dir), "*/*")
         try:
             _check_launcher(config)
         except ConfigError as error:
@@ -104,6 +107,29 @@ def _check_launcher(config: DictConfig) -> None:
     _number(config, "hydra.launcher.mem_gb", 0)
     local = str(OmegaConf.select(config, "hydra.launcher._target_")).endswith(".LocalLauncher")
     _integer(config, "hydra.launcher.cpus_per_task", high=usable_cores() if local else math.inf)
+
+
+# What a run leaves in its folder once it has trained: its metrics, checkpoints and predictions.
+RUN_OUTPUTS = ("metrics.csv", "checkpoints/*.ckpt", "predictions.h5")
+
+
+def _no_earlier_run(key: str, folder: Path, runs: str) -> None:
+    """Stop with one line where ``folder`` already holds the outputs of a run (``runs``: ``*`` for the folder
+    itself, ``*/*`` for a sweep's run folders), before Hydra writes the new run's ``.hydra/`` over the old one's: a
+    new run would overwrite some files and keep others (its checkpoints named ``last-v1.ckpt`` beside the old
+    ``last.ckpt``), one run's files mixed with another's. A requeued SLURM job, which runs its run again, passes."""
+    if os.environ.get("SLURM_RESTART_COUNT", "0") != "0":
+        return
+    found = sorted(path for pattern in RUN_OUTPUTS for path in folder.glob(f"{runs[:-1]}{pattern}"))
+    if found:
+        last = folder / "checkpoints" / "last.ckpt"
+        resume = f", or resume it with ckpt_path={last}" if runs == "*" and last.is_file() else ""
+        exit_with_user_error(
+            ConfigError(
+                f"{key}: {folder} already holds a run's outputs ({found[0].relative_to(folder)}"
+                f"{f' and {len(found) - 1} more' if len(found) > 1 else ''}): give a new folder{resume}"
+            )
+        )
 
 
 def _writable_dir(key: str, directory: str | None) -> None:
@@ -173,10 +199,10 @@ def _number(cfg: DictConfig, key: str, low: float, strict: bool = True, high: fl
     if value is None:
         return
     above = (value > low if strict else value >= low) if is_number(value) else False
-    bound = f"> {low:g}" if strict else f">= {low:g}"
+    bound = f"a finite number > {low:g}" if strict else f"a finite number >= {low:g}"
     if high < math.inf:
-        bound = f"in ({low:g}, {high:g})" if strict else f"in [{low:g}, {high:g})"
-    _check(above and value < high, f"{key} must be a number {bound}, got {value!r}")
+        bound = f"a number in ({low:g}, {high:g})" if strict else f"a number in [{low:g}, {high:g})"
+    _check(above and value < high, f"{key} must be {bound}, got {value!r}")
 
 
 def _integer(cfg: DictConfig, key: str, low: int = 1, high: float = math.inf) -> None:
@@ -217,7 +243,33 @@ def _positive(cfg: DictConfig, key: str, integer: bool = False) -> None:
         _integer(cfg, key)
     else:
         value = OmegaConf.select(cfg, key)
-        _check(value is None or (is_number(value) and value > 0), f"{key} must be > 0, got {value!r}")
+        _check(
+            value is None or (is_number(value) and value > 0),
+            f"{key} must be a finite number > 0, got {value!r}",
+        )
+
+
+def _duration_seconds(value: object) -> float:
+    """Seconds of a Lightning ``max_time``: "DD:HH:MM:SS" or a mapping of timedelta's units; 0 where it is
+    neither."""
+    if isinstance(value, DictConfig):
+        units = {
+            "weeks": 604800,
+            "days": 86400,
+            "hours": 3600,
+            "minutes": 60,
+            "seconds": 1,
+            "milliseconds": 1e-3,
+        }
+        items = OmegaConf.to_container(value).items()
+        if not items or any(unit not in units or not is_number(amount) for unit, amount in items):
+            return 0.0
+        return sum(units[unit] * amount for unit, amount in items)
+    match = re.fullmatch(r"(\d+):(\d\d):(\d\d):(\d\d)", str(value))
+    if match is None:
+        return 0.0
+    days, hours, minutes, seconds = map(int, match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def _file(key: str, value: object, what: str) -> None:
@@ -385,11 +437,9 @@ def validate_config(cfg: DictConfig) -> None:
     _batches_or_fraction(cfg, "trainer.val_check_interval", 1)
     max_time = OmegaConf.select(cfg, "trainer.max_time")
     _check(
-        max_time is None
-        or isinstance(max_time, DictConfig)
-        or bool(re.fullmatch(r"\d+:\d\d:\d\d:\d\d", str(max_time))),
-        f"trainer.max_time must be DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping of days, hours, minutes, seconds, "
-        f"got {max_time!r}",
+        max_time is None or _duration_seconds(max_time) > 0,
+        f"trainer.max_time must be a time longer than 0, as DD:HH:MM:SS (e.g. 00:12:00:00) or a mapping of days, "
+        f"hours, minutes, seconds; got {max_time!r}",
     )
     accelerator = OmegaConf.select(cfg, "trainer.accelerator")
     _check(
@@ -415,7 +465,8 @@ def validate_config(cfg: DictConfig) -> None:
         "optimizer=gauss_newton runs in one process: its steps need the residuals of the whole batch, which "
         f"trainer.devices={devices} processes would split; use trainer=default",
     )
-    if accelerator in ("gpu", "cuda") and is_integer(devices):
+    on_gpus = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if on_gpus and is_integer(devices):
         _check(
             devices <= torch.cuda.device_count(),
             f"trainer.devices={devices} asks for {devices} GPUs; this machine has {torch.cuda.device_count()}",

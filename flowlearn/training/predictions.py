@@ -17,14 +17,16 @@ pixel, NaN when the input does not say), ``power_exponent`` (the ``power`` basel
 ``flow_rate`` (the model's outlet flow rate, NaN for a law without flow-rate units), ``flow_rate_<baseline>`` and
 ``flow_rate_reference`` (NaN where the input has none); flow rates in the units of the data's ``flow_rate`` for the
 heads of the pressures; ``reference_error``, the reference's own error as the input's provenance records it
-(:data:`~flowlearn.data.reference_error.ERRORS`; absent where it records none). Files are written atomically.
+(:data:`~flowlearn.data.reference_error.ERRORS`; absent where it records none). Flow rates are finite with the
+sign of the head drop (inlet minus outlet), or NaN. Files are written atomically; :func:`read_predictions` checks
+every group it reads against this schema, so that a reader meets only fields and attributes that it can use.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +41,15 @@ from flowlearn.data.schema import atomic_hdf5, open_file
 from flowlearn.errors import DataValidationError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
 from flowlearn.training.batches import as_batch
+from flowlearn.training.metrics import STAGES
 from flowlearn.training.module import FractureFlowModule
 
 FIELD_NAMES = ("aperture", "active", "correction", "log_k", "pressure", "pressure_reference")
 # The attributes every group has.
 REQUIRED_ATTRIBUTES = ("split", "law", "correction_name")
+# The values of the attributes ``split`` and ``correction_name``.
+SPLITS = (*STAGES, "predict")
+CORRECTION_NAMES = ("W", "w")
 # File attribute: the training split's range of each statistic (flowlearn.data.statistics), as JSON.
 TRAINING_STATISTICS = "training_statistics"
 BASELINE_PREFIX = "pressure_"
@@ -227,58 +233,281 @@ def _write_group(out: h5py.File, fields: FractureFields) -> None:
 
 def training_statistics(path: str | Path) -> dict[str, list[float]]:
     """The training split's range of each statistic that the predictions file ``path`` records (empty where the
-    run's checkpoint had none)."""
+    run's checkpoint had none).
+
+    Raises:
+        DataValidationError: the file attribute is not a JSON object of (low, high) pairs.
+    """
     with open_file(path) as f:
-        return json.loads(f.attrs.get(TRAINING_STATISTICS, "{}"))
+        return _training_statistics(path, f)
+
+
+def _training_statistics(path: str | Path, f: h5py.File) -> dict[str, list[float]]:
+    value = f.attrs.get(TRAINING_STATISTICS, "{}")
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    try:
+        ranges = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        ranges = None
+    if not isinstance(ranges, dict) or not all(
+        isinstance(pair, list)
+        and len(pair) == 2
+        and all(isinstance(end, int | float) and not isinstance(end, bool) for end in pair)
+        for pair in ranges.values()
+    ):
+        raise DataValidationError(
+            f"{path}: attribute '{TRAINING_STATISTICS}' is {_shown(value)}; expected a JSON object of [low, high] "
+            "pairs, one per statistic (as training writes it)"
+        )
+    return ranges
 
 
 def read_predictions(path: str | Path, split: str | None = None) -> list[FractureFields]:
     """Every fracture of a ``predictions.h5`` file, in group order; with ``split``, only that split's.
 
+    Every group is checked against the schema of the module docstring where it is read (:func:`_check_group`,
+    :func:`_read_group`), so that the readers (``flowlearn evaluate``, ``report``, ``ensemble``) meet no field or
+    attribute that they cannot use: a bad one is named with the file, the group and what is expected.
+
     Raises:
         FileNotFoundError: no such file.
-        DataValidationError: not HDF5, or a group without the attributes and the ``pressure`` of a predictions
-            group (a fracture file, say).
+        DataValidationError: not HDF5, a group without the attributes and the ``pressure`` of a predictions group (a
+            fracture file, say), or a predictions group that breaks the schema (a missing or misshapen field, an
+            attribute out of its range, another law than the file's first group's).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no predictions file {path}")
     with open_file(path) as f:
-        for name, group in f.items():
-            if (
-                not isinstance(group, h5py.Group)
-                or "pressure" not in group
-                or any(key not in group.attrs for key in REQUIRED_ATTRIBUTES)
-            ):
+        _training_statistics(path, f)
+        # Each group's attributes, read once: h5py reads an attribute at a time, slowly.
+        groups = [(name, group, _check_group(path, name, group)) for name, group in f.items()]
+        first_name, _, first = groups[0] if groups else (None, None, {})
+        for name, _, attrs in groups:
+            if attrs["law"] != first["law"]:
                 raise DataValidationError(
-                    f"{path}: group '{name}' has no predictions (attributes {', '.join(REQUIRED_ATTRIBUTES)} and "
-                    "field 'pressure'): not a predictions file; give a run's predictions.h5 or a file that "
-                    "flowlearn predict wrote"
+                    f"{_where(path, name, 'law')} is {attrs['law']!r}, and {first['law']!r} in group '{first_name}': "
+                    "expected one law in every group (a predictions file holds one run's predictions)"
                 )
         return [
-            _read_group(name, group)
-            for name, group in f.items()
-            if split is None or str(group.attrs["split"]) == split
+            _read_group(path, name, group, attrs)
+            for name, group, attrs in groups
+            if split is None or attrs["split"] == split
         ]
 
 
-def _read_group(name: str, group: h5py.Group) -> FractureFields:
-    attrs = group.attrs
-    present = [b for b in BASELINE_NAMES if f"{BASELINE_PREFIX}{b}" in group]
-    return FractureFields(
-        name=name,
-        split=str(attrs["split"]),
-        law=str(attrs["law"]),
-        correction_name=str(attrs["correction_name"]),
-        voxel_size=float(attrs.get("voxel_size", math.nan)),
-        **{field: group[field][()] if field in group else None for field in FIELD_NAMES},
-        baseline_pressures={b: group[f"{BASELINE_PREFIX}{b}"][()] for b in present},
-        flow_rate=float(attrs.get("flow_rate", math.nan)),
-        flow_rate_reference=float(attrs.get("flow_rate_reference", math.nan)),
-        baseline_flow_rates={b: float(attrs.get(f"{FLOW_RATE_PREFIX}{b}", math.nan)) for b in present},
-        power_exponent=float(attrs.get("power_exponent", math.nan)),
-        flow_rate_interval=tuple(float(end) for end in attrs.get("flow_rate_interval", (math.nan, math.nan))),
-        reference_error=tuple(
-            float(value) for value in attrs.get("reference_error", (math.nan,) * len(ERRORS))
-        ),
+def _where(path: str | Path, group: str, attribute: str | None = None, field: str | None = None) -> str:
+    """``<path>: group '<group>'``, then the attribute or field, as every message of a bad group starts."""
+    where = f"{path}: group '{group}'"
+    if attribute is not None:
+        where += f": attribute '{attribute}'"
+    if field is not None:
+        where += f": field '{field}'"
+    return where
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it: on one line, and short."""
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if isinstance(value, np.ndarray):
+        value = value.tolist() if value.size <= 8 else f"array of shape {value.shape}, dtype {value.dtype}"
+    elif isinstance(value, np.generic):
+        value = value.item()
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _text_attribute(
+    path: str | Path, name: str, attrs: dict[str, Any], attribute: str, allowed: Sequence[str]
+) -> str:
+    value = attrs[attribute]
+    text = value.decode(errors="replace") if isinstance(value, bytes | np.bytes_) else value
+    if not isinstance(text, str) or (allowed and text not in allowed):
+        expected = f"{', '.join(allowed[:-1])} or {allowed[-1]}" if allowed else "a name"
+        raise DataValidationError(f"{_where(path, name, attribute)} is {_shown(value)}; expected {expected}")
+    return text
+
+
+def _check_group(path: str | Path, name: str, group: h5py.Group | h5py.Dataset) -> dict[str, Any]:
+    """The attributes of the group ``name`` of a predictions file (its text ones as ``str``), after the checks that
+    need no field's data (cheap, so made on every group of a file, whichever split is read): it is a predictions
+    group, and its split and correction name are known names."""
+    attrs = dict(group.attrs) if isinstance(group, h5py.Group) else {}
+    if (
+        not isinstance(group, h5py.Group)
+        or "pressure" not in group
+        or any(key not in attrs for key in REQUIRED_ATTRIBUTES)
+    ):
+        raise DataValidationError(
+            f"{path}: group '{name}' has no predictions (attributes {', '.join(REQUIRED_ATTRIBUTES)} and "
+            "field 'pressure'): not a predictions file; give a run's predictions.h5 or a file that "
+            "flowlearn predict wrote"
+        )
+    for attribute, allowed in (("split", SPLITS), ("law", ()), ("correction_name", CORRECTION_NAMES)):
+        attrs[attribute] = _text_attribute(path, name, attrs, attribute, allowed)
+    return attrs
+
+
+def _map(
+    path: str | Path, name: str, group: h5py.Group, field: str, shapes: Sequence[tuple[int, ...]]
+) -> np.ndarray:
+    """The float dataset ``field`` of ``group``, of one of ``shapes`` (the first: the aperture map's)."""
+    dataset = group.get(field)
+    if not isinstance(dataset, h5py.Dataset):
+        raise DataValidationError(
+            f"{_where(path, name, field=field)} is missing: every predictions group holds it (as training and "
+            "flowlearn predict write it)"
+        )
+    if dataset.shape not in shapes:
+        also = (
+            ""
+            if len(shapes) == 1
+            else f" (nor {' or '.join(str(s) for s in shapes[1:])}, the per-axis forms)"
+        )
+        raise DataValidationError(
+            f"{_where(path, name, field=field)}: shape {dataset.shape} does not match field 'active' {shapes[0]}{also}"
+        )
+    if not np.issubdtype(dataset.dtype, np.floating):
+        raise DataValidationError(
+            f"{_where(path, name, field=field)}: expected a float dtype, got {dataset.dtype}"
+        )
+    return dataset[()]
+
+
+def _number(path: str | Path, name: str, attrs: Mapping[str, Any], attribute: str) -> float:
+    """Attribute ``attribute`` as a float, NaN where absent: one real number, not text or several."""
+    value = attrs.get(attribute, math.nan)
+    array = np.asarray(value)
+    if array.size != 1 or not (
+        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
+    ):
+        raise DataValidationError(f"{_where(path, name, attribute)} is {_shown(value)}; expected one number")
+    return float(array.reshape(()))
+
+
+def _numbers(
+    path: str | Path, name: str, attrs: Mapping[str, Any], attribute: str, count: int, what: str
+) -> tuple[float, ...] | None:
+    """Attribute ``attribute`` as ``count`` floats, None where absent."""
+    if attribute not in attrs:
+        return None
+    value = attrs[attribute]
+    array = np.asarray(value)
+    if array.shape != (count,) or not (
+        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
+    ):
+        raise DataValidationError(f"{_where(path, name, attribute)} is {_shown(value)}; expected {what}")
+    return tuple(float(x) for x in array)
+
+
+def _heads(pressure: np.ndarray, active: np.ndarray) -> tuple[float, float]:
+    """(inlet, outlet): the model's pressure on the first and last columns, where its heads are fixed; NaN where
+    those columns hold no finite value."""
+    ends = []
+    for column in (0, -1):
+        values = pressure[..., column][active[..., column] & np.isfinite(pressure[..., column])]
+        ends.append(float(values.mean()) if values.size else math.nan)
+    return ends[0], ends[1]
+
+
+def _read_group(path: str | Path, name: str, group: h5py.Group, attrs: dict[str, Any]) -> FractureFields:
+    """One group, checked: every field the writer writes, shaped like ``active``, which has a pixel to compare;
+    numbers where the schema has numbers, and flow rates in the direction of the head drop (or NaN where none).
+    ``attrs``: its attributes, as :func:`_check_group` returns them."""
+    active = group.get("active")
+    if not isinstance(active, h5py.Dataset):
+        raise DataValidationError(
+            f"{_where(path, name, field='active')} is missing: every predictions group holds it (as training and "
+            "flowlearn predict write it)"
+        )
+    if active.dtype != bool or active.ndim not in (2, 3):
+        raise DataValidationError(
+            f"{_where(path, name, field='active')}: expected a bool map of 2 or 3 dimensions, got shape "
+            f"{active.shape}, dtype {active.dtype}"
+        )
+    shape = active.shape
+    active = active[()]
+    if not active.any():
+        raise DataValidationError(
+            f"{_where(path, name, field='active')} has no active pixel; a fracture needs a path from inlet to outlet"
+        )
+    maps = {
+        field: _map(path, name, group, field, [shape]) for field in ("aperture", "correction", "pressure")
+    }
+    maps["log_k"] = _map(path, name, group, "log_k", [shape, (2, *shape), (3, *shape)])
+    reference = (
+        _map(path, name, group, "pressure_reference", [shape]) if "pressure_reference" in group else None
     )
+    present = [b for b in BASELINE_NAMES if f"{BASELINE_PREFIX}{b}" in group or b == COMPARED]
+    baselines = {b: _map(path, name, group, f"{BASELINE_PREFIX}{b}", [shape]) for b in present}
+
+    voxel_size = _number(path, name, attrs, "voxel_size")
+    if not (math.isnan(voxel_size) or (math.isfinite(voxel_size) and voxel_size > 0)):
+        raise DataValidationError(
+            f"{_where(path, name, 'voxel_size')} is {voxel_size!r}; expected a finite number > 0 (metres per "
+            "pixel), or NaN where it is unknown"
+        )
+    power_exponent = _number(path, name, attrs, "power_exponent")
+    if math.isinf(power_exponent):
+        raise DataValidationError(
+            f"{_where(path, name, 'power_exponent')} is {power_exponent!r}; expected a finite number, or NaN where "
+            "none was fitted"
+        )
+    inlet, outlet = _heads(maps["pressure"], active)
+    if not (math.isfinite(inlet) and math.isfinite(outlet) and inlet != outlet):
+        raise DataValidationError(
+            f"{_where(path, name, field='pressure')}: holds no head drop between its first and last columns "
+            f"(inlet {inlet:g}, outlet {outlet:g}); the model's pressure holds the heads there"
+        )
+    rates = {
+        key: _number(path, name, attrs, key)
+        for key in ("flow_rate", "flow_rate_reference", *(f"{FLOW_RATE_PREFIX}{b}" for b in present))
+    }
+    for key, rate in rates.items():
+        if not (math.isnan(rate) or (math.isfinite(rate) and (rate > 0) == (inlet > outlet) and rate != 0)):
+            sign = ">" if inlet > outlet else "<"
+            raise DataValidationError(
+                f"{_where(path, name, key)} is {rate!r}; expected a finite number {sign} 0 (inlet head {inlet:g}, "
+                f"outlet head {outlet:g}), or NaN where there is none"
+            )
+    interval = _numbers(path, name, attrs, "flow_rate_interval", 2, "two numbers, low and high")
+    if interval is not None and not (
+        all(math.isfinite(end) for end in interval) and 0 <= interval[0] <= interval[1]
+    ):
+        raise DataValidationError(
+            f"{_where(path, name, 'flow_rate_interval')} is {_shown(interval)}; expected two finite numbers "
+            "0 <= low <= high"
+        )
+    error = _numbers(
+        path, name, attrs, "reference_error", len(ERRORS), f"{len(ERRORS)} numbers ({', '.join(ERRORS)})"
+    )
+    if error is not None and any(math.isinf(value) for value in error):
+        raise DataValidationError(
+            f"{_where(path, name, 'reference_error')} is {_shown(error)}; expected {len(ERRORS)} finite numbers "
+            f"({', '.join(ERRORS)}), NaN where none is recorded"
+        )
+    fields = FractureFields(
+        name=name,
+        split=attrs["split"],
+        law=attrs["law"],
+        correction_name=attrs["correction_name"],
+        voxel_size=voxel_size,
+        active=active,
+        **maps,
+        pressure_reference=reference,
+        baseline_pressures=baselines,
+        flow_rate=rates["flow_rate"],
+        flow_rate_reference=rates["flow_rate_reference"],
+        baseline_flow_rates={b: rates[f"{FLOW_RATE_PREFIX}{b}"] for b in present},
+        power_exponent=power_exponent,
+        flow_rate_interval=(math.nan, math.nan) if interval is None else interval,
+        reference_error=(math.nan,) * len(ERRORS) if error is None else error,
+    )
+    if not fields.compared.any():
+        raise DataValidationError(
+            f"{_where(path, name, field='pressure')}: no active pixel between the inlet and outlet columns where it "
+            f"and field '{BASELINE_PREFIX}{COMPARED}' are finite: nothing to compare"
+        )
+    return fields
