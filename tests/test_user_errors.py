@@ -871,7 +871,7 @@ GENERATE_SLURM_ROWS = [
     (["--slurm", "--cpus-per-task", "0"], "--cpus-per-task must be an integer >= 1, got 0"),
     (["--slurm", "--mem-gb", "0"], "--mem-gb must be > 0, got 0.0"),
     (["--slurm", "--mem-gb", "-4"], "--mem-gb must be > 0, got -4.0"),
-    (["--slurm", "--mem-gb", "inf"], "--mem-gb must be > 0, got inf"),
+    (["--slurm", "--mem-gb", "inf"], "--mem-gb must be a finite number > 0, got inf"),
     (["--slurm", "--array-parallelism", "0"], "--array-parallelism must be an integer >= 1, got 0"),
     (["--slurm", "--partition", ""], "--partition must be a name, got ''"),
     (["--slurm", "--account", " "], "--account must be a name, got ' '"),

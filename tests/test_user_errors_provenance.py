@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_user_errors import _flowlearn
 
-from flowlearn.cli import main
 from flowlearn.data import reference_error
 from flowlearn.data.refinement import MEASURED as CONVERGENCE_MEASURED
 from flowlearn.data.schema import Fracture, write_fractures
@@ -44,15 +44,6 @@ def _gap(name: str, provenance: dict | None = None, slope: float = 0.0, **fields
         **fields,
     }
     return Fracture(name=name, **values)
-
-
-def _flowlearn(capsys, *argv: str) -> tuple[int, str]:
-    """`flowlearn <argv>` in this process: (exit status, stderr)."""
-    try:
-        status = main(list(argv))
-    except SystemExit as exit:  # argparse's usage errors
-        status = exit.code
-    return status, capsys.readouterr().err
 
 
 def _one_line(status: int, err: str, command: str, message: str) -> None:
