@@ -84,7 +84,11 @@ STATE_NUMBERS_PER_PARAMETER = 5
 # Unfolded inputs (im2col columns) of the largest convolution that a training step holds at once: CPU convolutions of
 # float64 unfold the whole batch forwards and again backwards (the peak of a training step in batches of 4 measured
 # 3.1 of them at kernel 5 on 256x256 maps, 3.5 at kernel 25 on 64x64). float32 convolutions unfold less or not at
-# all: the estimate stays on the safe side for them.
+# all: the estimate stays on the safe side for them. A deep network holds more: with every freed block kept on the
+# heap for the solves (flowlearn.runtime), each convolution's unfolded input leaves a block of its own behind, and a
+# step's peak grew by about one unfolded input per layer (2026-11-27, the CNN in float64, batches of 4 on 64x64
+# maps: 1.5 GB at depth 32, 7.0 GB at depth 128, against 0.4 and 0.9 GB estimated from the largest alone). So the
+# estimate counts the larger of these copies of the largest and one of every convolution's.
 UNFOLDED_COPIES = 3.5
 
 
@@ -175,14 +179,15 @@ def training_bytes(
     gradients and Adam's moments), every layer's output (kept for the backward pass) and the unfolded inputs of its
     largest convolution."""
     largest = max(shapes, key=math.prod)
-    activations = unfolded = 0
+    activations = unfolded = all_unfolded = 0
 
     def record(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-        nonlocal activations, unfolded
+        nonlocal activations, unfolded, all_unfolded
         activations += output.numel() * output.element_size()
         if isinstance(module, nn.modules.conv._ConvNd):
             columns = inputs[0].shape[0] * module.in_channels * math.prod(module.kernel_size)
-            unfolded = max(unfolded, columns * math.prod(output.shape[2:]) * output.element_size())
+            size = columns * math.prod(output.shape[2:]) * output.element_size()
+            unfolded, all_unfolded = max(unfolded, size), all_unfolded + size
 
     with torch.device("meta"):
         network = instantiate(OmegaConf.merge(model_cfg, values), dim=dim)
@@ -193,7 +198,7 @@ def training_bytes(
         network.to(dtype)(torch.zeros(batch_size, channels, *largest, dtype=dtype))
     parameters = sum(p.numel() for p in network.parameters())
     state = parameters * STATE_NUMBERS_PER_PARAMETER * dtype.itemsize
-    return round(state + activations + UNFOLDED_COPIES * unfolded)
+    return round(state + activations + max(UNFOLDED_COPIES * unfolded, all_unfolded))
 
 
 def load_run(
