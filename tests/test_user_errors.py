@@ -1620,29 +1620,6 @@ def test_train_py_exits_2_with_one_line(files, tmp_path, overrides, message):
     _one_line(result.returncode, result.stderr, message)
 
 
-_PEAK_OF_A_STEP = """
-import resource, sys, torch
-import flowlearn  # its malloc settings, under which training runs
-from flowlearn.models.correction import CNNCorrection
-net = CNNCorrection(dim=2, channels=16, depth=int(sys.argv[1]), kernel_size=5)
-inputs = torch.rand(4, 2, 64, 64, dtype=torch.float64)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-net(inputs).sum().backward()
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
-"""
-
-
-def test_the_memory_estimate_bounds_a_deep_networks_step():
-    # The check of model sizes refuses what would not fit by build.training_bytes; measured in a process of its own,
-    # a float64 step of a 32-layer CNN grew the resident set by 1.5 GB, where the estimate from the largest
-    # convolution alone said 0.4 GB.
-    model = OmegaConf.create({"_target_": "flowlearn.models.CNNCorrection", "channels": 16, "kernel_size": 5})
-    estimate = build.training_bytes(model, 2, [(64, 64)], 4, depth=32)
-    result = _process("-c", _PEAK_OF_A_STEP, "32")
-    assert result.returncode == 0, result.stderr
-    assert 0 < int(result.stdout) <= estimate
-
-
 def test_a_flow_along_y_is_refused_by_training_and_predict(trained_runs, tmp_path, capsys, monkeypatch):
     # The solves impose the heads on the first and last columns: a map flowing along y had been solved across its
     # flow, silently (its LCL flow rate 6 % off on the audit's map, training's departure error 0.99).

@@ -86,9 +86,10 @@ STATE_NUMBERS_PER_PARAMETER = 5
 # 3.1 of them at kernel 5 on 256x256 maps, 3.5 at kernel 25 on 64x64). float32 convolutions unfold less or not at
 # all: the estimate stays on the safe side for them. A deep network holds more: with every freed block kept on the
 # heap for the solves (flowlearn.runtime), each convolution's unfolded input leaves a block of its own behind, and a
-# step's peak grew by about one unfolded input per layer (2026-11-27, the CNN in float64, batches of 4 on 64x64
-# maps: 1.5 GB at depth 32, 7.0 GB at depth 128, against 0.4 and 0.9 GB estimated from the largest alone). So the
-# estimate counts the larger of these copies of the largest and one of every convolution's.
+# step's peak grew by up to one unfolded input per layer (2026-11-27, the CNN in float64, batches of 4 on 64x64
+# maps: 0.6-1.9 GB over four processes at depth 32, 7.0 GB at depth 128, against 0.4 and 0.9 GB estimated from the
+# largest alone; how much stays behind varies with how the threads' allocations interleave). So the estimate counts
+# the larger of these copies of the largest and one of every convolution's.
 UNFOLDED_COPIES = 3.5
 
 
