@@ -36,10 +36,7 @@ import torch
 from flowlearn.data.provenance import provenance_number, provenance_record, where
 from flowlearn.data.schema import (
     Fracture,
-    list_fractures,
-    open_file,
     read_fractures,
-    read_open,
     write_fractures,
 )
 from flowlearn.errors import DataValidationError
@@ -183,19 +180,6 @@ def recorded_error(fracture: Fracture, path: str | os.PathLike | None = None) ->
             reference_error.departure_error``), where one is not a number or the record is no JSON object.
     """
     return tuple(provenance_number(fracture, f"{RECORD}.{key}", path) for key in ERRORS)
-
-
-def check_recorded_errors(path: str | os.PathLike) -> None:
-    """Read the recorded reference error of every fracture of ``path`` (:func:`recorded_error`), one fracture at a
-    time: for a check before training, whose dataset reads each record only when it first loads the fracture.
-
-    Raises:
-        DataValidationError: naming file, group and entry, for the first record that is not one of numbers.
-    """
-    names = [info.name for info in list_fractures(path)]
-    with open_file(path) as f:
-        for name in names:
-            recorded_error(read_open(f, name, validate=False), path)
 
 
 def is_measured(fracture: Fracture) -> bool:

@@ -570,8 +570,13 @@ def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
         return infos
 
 
-def validate_file(path: str | os.PathLike, require_pressure: bool = False) -> int:
-    """Read and validate every fracture of ``path`` (either layout) one at a time, keeping none in memory.
+def validate_file(
+    path: str | os.PathLike,
+    require_pressure: bool = False,
+    check: Callable[[Fracture, str | os.PathLike], object] | None = None,
+) -> int:
+    """Read and validate every fracture of ``path`` (either layout) one at a time, keeping none in memory, and pass
+    each to ``check`` (with ``path``) where given: a caller's own check in the same pass.
 
     For a check before long work (``python train.py`` runs it before building anything, with ``require_pressure``
     since training needs the reference); returns the number of fractures.
@@ -584,6 +589,8 @@ def validate_file(path: str | os.PathLike, require_pressure: bool = False) -> in
             validate_fracture(fracture, path)
             if require_pressure and fracture.pressure is None:
                 raise missing_pressure(path, name)
+            if check is not None:
+                check(fracture, path)
     return len(names)
 
 

@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 from flowlearn.data.datamodule import FractureDataset
 from flowlearn.data.inclination import missing_geometry
 from flowlearn.data.inputs import require_inputs
-from flowlearn.data.reference_error import check_recorded_errors
+from flowlearn.data.reference_error import recorded_error
 from flowlearn.data.schema import read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, statistic_ranges
 from flowlearn.errors import USER_ERRORS, ConfigError
@@ -128,8 +128,8 @@ def check_inputs(cfg: DictConfig) -> None:
     paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
     paths = [to_absolute_path(str(path)) for path in paths]
     for path in paths:
-        validate_file(path, require_pressure=True)
-        check_recorded_errors(path)  # read only when a fracture first loads, mid-run
+        # The recorded reference errors too, which the dataset reads only when a fracture first loads, mid-run.
+        validate_file(path, require_pressure=True, check=recorded_error)
     require_inputs(paths, model_inputs(cfg.model), needed_by="model.inputs asks for")
 
 
