@@ -79,6 +79,19 @@ def check_setting(ok: bool, field: str, problem: str, value: object) -> None:
         raise SettingError(field, f"{finite_problem(problem, value)}, got {value!r}")
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A value as an error message shows it: its repr on one line, cut to ``limit`` characters; text stored as bytes
+    decoded, numpy scalars as numbers, and arrays as lists (or their shape and dtype where they are long)."""
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if isinstance(value, np.ndarray):
+        value = value.tolist() if value.size <= 8 else f"array of shape {value.shape}, dtype {value.dtype}"
+    elif isinstance(value, np.generic):
+        value = value.item()
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def finite_problem(problem: str, value: object) -> str:
     """``problem`` as it reads for the refused ``value``: a bound on one side only (``"must be > 0"``, ``"must be a
     number > 0"``) that an infinite value meets (inf > 0) was failed on the finiteness the check also asks, which the

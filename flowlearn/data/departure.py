@@ -24,7 +24,7 @@ from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
 from flowlearn.data.inclination import mid_surface_slope
-from flowlearn.data.provenance import provenance_number, provenance_record, where
+from flowlearn.data.provenance import fracture_where, provenance_number, provenance_record
 from flowlearn.data.refinement import INFERRED
 from flowlearn.data.schema import Fracture, read_fractures
 from flowlearn.errors import DataValidationError
@@ -59,12 +59,12 @@ def check_solvable(fracture: Fracture, path: str | os.PathLike | None = None) ->
     if fracture.aperture.ndim != 2:
         shape = "x".join(map(str, fracture.shape))
         raise DataValidationError(
-            f"{where(fracture, path)}: the LCL flow rate needs a 2D map with flow along x, this one is "
+            f"{fracture_where(fracture, path)}: the LCL flow rate needs a 2D map with flow along x, this one is "
             f"{fracture.aperture.ndim}D ({shape})"
         )
     if fracture.flow_axis != "x":
         raise DataValidationError(
-            f"{where(fracture, path)}: the LCL flow rate needs a 2D map with flow along x, this one has flow_axis "
+            f"{fracture_where(fracture, path)}: the LCL flow rate needs a 2D map with flow along x, this one has flow_axis "
             f"{fracture.flow_axis!r} (transpose the map to flow along x)"
         )
 

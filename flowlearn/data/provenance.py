@@ -14,21 +14,20 @@ import math
 import os
 from typing import Any
 
-from flowlearn.data.schema import Fracture
+from flowlearn.checks import shown
+from flowlearn.data.schema import Fracture, where
 from flowlearn.errors import DataValidationError
 
 
-def where(fracture: Fracture, path: str | os.PathLike | None = None) -> str:
-    """``"<file>: group '<name>'"``, as :mod:`flowlearn.data.schema` names a group (the group alone without a
+def fracture_where(fracture: Fracture, path: str | os.PathLike | None = None) -> str:
+    """``"<file>: group '<name>'"``, as :func:`flowlearn.data.schema.where` names a group (the group alone without a
     file)."""
-    group = f"group '{fracture.name}'"
-    return group if path is None else f"{os.fspath(path)}: {group}"
+    return f"group '{fracture.name}'" if path is None else where(path, fracture.name)
 
 
 def _shown(value: Any) -> str:
-    """A provenance value as a message shows it: its repr, cut short where it is long (a whole record)."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    """A provenance value as a message shows it, cut short where it is long (a whole record)."""
+    return shown(value, limit=60)
 
 
 def provenance_entry(
@@ -46,7 +45,7 @@ def provenance_entry(
         if not isinstance(value, dict):
             record = ".".join(keys[:depth])
             raise DataValidationError(
-                f"{where(fracture, path)}: provenance {record} is {_shown(value)}; expected an object"
+                f"{fracture_where(fracture, path)}: provenance {record} is {_shown(value)}; expected an object"
             )
         if key not in value:
             return default
@@ -65,7 +64,7 @@ def provenance_record(
     record = provenance_entry(fracture, entry, path, default={})
     if not isinstance(record, dict):
         raise DataValidationError(
-            f"{where(fracture, path)}: provenance {entry} is {_shown(record)}; expected an object"
+            f"{fracture_where(fracture, path)}: provenance {entry} is {_shown(record)}; expected an object"
         )
     return record
 
@@ -94,12 +93,12 @@ def provenance_number(
     if value is _ABSENT:
         if default is None:
             raise DataValidationError(
-                f"{where(fracture, path)}: provenance {entry} is missing; expected a number"
+                f"{fracture_where(fracture, path)}: provenance {entry} is missing; expected a number"
             )
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DataValidationError(
-            f"{where(fracture, path)}: provenance {entry} is {_shown(value)}; expected a number"
+            f"{fracture_where(fracture, path)}: provenance {entry} is {_shown(value)}; expected a number"
         )
     try:
         number = float(value)
@@ -107,6 +106,6 @@ def provenance_number(
         number = math.copysign(math.inf, value)
     if finite and not math.isfinite(number):
         raise DataValidationError(
-            f"{where(fracture, path)}: provenance {entry} is {_shown(value)}; expected a finite number"
+            f"{fracture_where(fracture, path)}: provenance {entry} is {_shown(value)}; expected a finite number"
         )
     return number

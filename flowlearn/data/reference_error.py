@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowlearn.data.provenance import provenance_number, provenance_record, where
+from flowlearn.data.provenance import fracture_where, provenance_number, provenance_record
 from flowlearn.data.schema import (
     Fracture,
     read_fractures,
@@ -95,7 +95,7 @@ def smooth_walls(paths: Sequence[str | os.PathLike]) -> dict[str, SmoothWalls]:
             cells = provenance_number(fracture, "stokes.settings.cells_per_voxel", path, default=None)
             if not (cells.is_integer() and cells >= 1):
                 raise DataValidationError(
-                    f"{where(fracture, path)}: provenance stokes.settings.cells_per_voxel is {cells!r}; expected an "
+                    f"{fracture_where(fracture, path)}: provenance stokes.settings.cells_per_voxel is {cells!r}; expected an "
                     "integer >= 1"
                 )
             cells = int(cells)

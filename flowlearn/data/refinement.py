@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from flowlearn.data.lbm import LBMSettings, pick_target
-from flowlearn.data.provenance import provenance_entry, provenance_number, provenance_record, where
+from flowlearn.data.provenance import fracture_where, provenance_entry, provenance_number, provenance_record
 from flowlearn.data.roughness import geometry_stats
 from flowlearn.data.schema import Fracture, detect_layout, open_file, read_fractures, write_fractures
 from flowlearn.errors import DataValidationError, SettingError
@@ -168,7 +168,7 @@ def lbm_settings_of(
         entry = f"lbm.settings.{error.field}"
         problem = error.problem.rsplit(", got ", 1)[0]  # the value is shown as the provenance holds it
         raise DataValidationError(
-            f"{where(fracture, path)}: provenance {entry} is {provenance_entry(fracture, entry)!r}; it {problem}"
+            f"{fracture_where(fracture, path)}: provenance {entry} is {provenance_entry(fracture, entry)!r}; it {problem}"
         ) from None
     return replace(settings, threads=threads)
 

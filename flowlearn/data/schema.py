@@ -46,7 +46,7 @@ import math
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -152,13 +152,18 @@ class FractureInfo:
     flow_axis: str = "x"
 
 
-def _where(path: str | os.PathLike, group: str | None = None, name: str | None = None) -> str:
-    where = f"{os.fspath(path)}"
+def where(
+    path: str | os.PathLike, group: str | None = None, field: str | None = None, attribute: str | None = None
+) -> str:
+    """``<path>: group '<group>'``, then the attribute or field: how every message about a file's content starts."""
+    text = f"{os.fspath(path)}"
     if group is not None:
-        where += f": group '{group}'"
-    if name is not None:
-        where += f": field '{name}'"
-    return where
+        text += f": group '{group}'"
+    if attribute is not None:
+        text += f": attribute '{attribute}'"
+    if field is not None:
+        text += f": field '{field}'"
+    return text
 
 
 def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") -> None:
@@ -176,24 +181,24 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
     ap, p = fracture.aperture, fracture.pressure
     fields = (("aperture", ap),) if p is None else (("aperture", ap), ("pressure", p))
     if ap.ndim not in (2, 3):
-        raise DataValidationError(f"{_where(path, g, 'aperture')}: expected 2D or 3D, got shape {ap.shape}")
+        raise DataValidationError(f"{where(path, g, 'aperture')}: expected 2D or 3D, got shape {ap.shape}")
     if p is not None and p.shape != ap.shape:
         raise DataValidationError(
-            f"{_where(path, g, 'pressure')}: shape {p.shape} does not match aperture shape {ap.shape}"
+            f"{where(path, g, 'pressure')}: shape {p.shape} does not match aperture shape {ap.shape}"
         )
     if fracture.mask is not None and fracture.mask.shape != ap.shape:
         raise DataValidationError(
-            f"{_where(path, g, 'mask')}: shape {fracture.mask.shape} does not match aperture shape {ap.shape}"
+            f"{where(path, g, 'mask')}: shape {fracture.mask.shape} does not match aperture shape {ap.shape}"
         )
     walls = [(name, getattr(fracture, name)) for name in WALL_FIELDS if getattr(fracture, name) is not None]
     if len(walls) == 1:
         raise DataValidationError(
-            f"{_where(path, g, walls[0][0])}: a wall without the other (store both or none)"
+            f"{where(path, g, walls[0][0])}: a wall without the other (store both or none)"
         )
     for fname, arr in walls:
         if arr.shape != ap.shape:
             raise DataValidationError(
-                f"{_where(path, g, fname)}: shape {arr.shape} does not match aperture shape {ap.shape}"
+                f"{where(path, g, fname)}: shape {arr.shape} does not match aperture shape {ap.shape}"
             )
     fields = (*fields, *walls)
     # The shape before any value: statistics of an empty map (its mean, its walls' mean) are NaN, with warnings.
@@ -201,35 +206,35 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
     voxel = fracture.voxel_size
     if not (math.isnan(voxel) or (math.isfinite(voxel) and voxel > 0)):
         raise DataValidationError(
-            f"{_where(path, g)}: attribute 'voxel_size' is {voxel!r}; expected a finite number > 0 (metres per "
+            f"{where(path, g)}: attribute 'voxel_size' is {voxel!r}; expected a finite number > 0 (metres per "
             "voxel), or NaN where it is unknown"
         )
     for side in ("inlet_pressure", "outlet_pressure"):
         if not math.isfinite(getattr(fracture, side)):
             raise DataValidationError(
-                f"{_where(path, g)}: attribute '{side}' is {getattr(fracture, side)!r}; expected a finite number"
+                f"{where(path, g)}: attribute '{side}' is {getattr(fracture, side)!r}; expected a finite number"
             )
     heads = (fracture.inlet_pressure, fracture.outlet_pressure)
     if any(abs(head) > HEAD_LIMIT for head in heads):
         raise DataValidationError(
-            f"{_where(path, g)}: attributes 'inlet_pressure' and 'outlet_pressure' are {heads[0]:g} and "
+            f"{where(path, g)}: attributes 'inlet_pressure' and 'outlet_pressure' are {heads[0]:g} and "
             f"{heads[1]:g}; each must be a number in [{-HEAD_LIMIT:g}, {HEAD_LIMIT:g}] (beyond, no unit describes a "
             "real fracture, and near float64's range their difference overflows)"
         )
     if fracture.flow_rate is not None and not (math.isfinite(fracture.flow_rate) and fracture.flow_rate > 0):
         raise DataValidationError(
-            f"{_where(path, g)}: attribute 'flow_rate' is {fracture.flow_rate!r}; expected a finite number > 0"
+            f"{where(path, g)}: attribute 'flow_rate' is {fracture.flow_rate!r}; expected a finite number > 0"
         )
     for fname, arr in fields:
         if not np.issubdtype(arr.dtype, np.floating):
-            raise DataValidationError(f"{_where(path, g, fname)}: expected a float dtype, got {arr.dtype}")
+            raise DataValidationError(f"{where(path, g, fname)}: expected a float dtype, got {arr.dtype}")
         fault = nonfinite(arr)
         if fault:
-            raise DataValidationError(f"{_where(path, g, fname)}: {fault}")
+            raise DataValidationError(f"{where(path, g, fname)}: {fault}")
     if (ap < 0).any():
         first = _first_pixel(ap < 0)
         raise DataValidationError(
-            f"{_where(path, g, 'aperture')}: {int((ap < 0).sum())} negative apertures "
+            f"{where(path, g, 'aperture')}: {int((ap < 0).sum())} negative apertures "
             f"(min {float(ap.min()):.6g}), first at {first}"
         )
     _check_aperture_unit(fracture, path)
@@ -245,13 +250,13 @@ def _check_shape(fracture: Fracture, path: str | os.PathLike) -> None:
     g, ap = fracture.name, fracture.aperture
     if fracture.flow_axis not in FLOW_AXES or -FLOW_AXES[fracture.flow_axis] > ap.ndim:
         raise DataValidationError(
-            f"{_where(path, g)}: attribute 'flow_axis' is {fracture.flow_axis!r}; "
+            f"{where(path, g)}: attribute 'flow_axis' is {fracture.flow_axis!r}; "
             f"expected one of {sorted(FLOW_AXES)} that exists for a {ap.ndim}D array"
         )
     length = ap.shape[FLOW_AXES[fracture.flow_axis]]
     if length < MIN_FLOW_LENGTH:
         raise DataValidationError(
-            f"{_where(path, g, 'aperture')}: shape {ap.shape} has {length} pixel(s) along the flow axis "
+            f"{where(path, g, 'aperture')}: shape {ap.shape} has {length} pixel(s) along the flow axis "
             f"{fracture.flow_axis!r}; at least {MIN_FLOW_LENGTH} are needed, the inlet and outlet and one between "
             "them whose pressure is solved for"
         )
@@ -260,7 +265,7 @@ def _check_shape(fracture: Fracture, path: str | os.PathLike) -> None:
         axis = narrow[0]
         pixels = "1 pixel" if ap.shape[axis] == 1 else f"{ap.shape[axis]} pixels"
         raise DataValidationError(
-            f"{_where(path, g, 'aperture')}: shape {ap.shape} has {pixels} along axis {axis}; a map needs at least 2 "
+            f"{where(path, g, 'aperture')}: shape {ap.shape} has {pixels} along axis {axis}; a map needs at least 2 "
             "along every axis (the slopes of the aperture and the walls are differences between pixels)"
         )
 
@@ -276,7 +281,7 @@ def _check_aperture_unit(fracture: Fracture, path: str | os.PathLike) -> None:
     if wide.any():
         first = _first_pixel(wide)
         raise DataValidationError(
-            f"{_where(path, fracture.name, 'aperture')}: {int(wide.sum())} aperture(s) of at least {WIDEST_APERTURE} "
+            f"{where(path, fracture.name, 'aperture')}: {int(wide.sum())} aperture(s) of at least {WIDEST_APERTURE} "
             f"times the map's longest side, {length:.6g} m ({max(ap.shape)} pixels of voxel_size {voxel:.6g} m); "
             f"the first is {float(ap[first]):.6g} at {first}. Apertures are in metres: apertures in voxels need "
             "multiplying by voxel_size"
@@ -296,7 +301,7 @@ def _check_walls(fracture: Fracture, path: str | os.PathLike) -> None:
     bottom, top = (np.asarray(w, dtype=np.float64) for w in (fracture.bottom, fracture.top))
     if top.mean() <= bottom.mean():
         raise DataValidationError(
-            f"{_where(path, g, 'top')}: the top wall lies below the bottom wall (mean heights {top.mean():.6g} and "
+            f"{where(path, g, 'top')}: the top wall lies below the bottom wall (mean heights {top.mean():.6g} and "
             f"{bottom.mean():.6g} m): are 'bottom' and 'top' swapped?"
         )
     separation = np.maximum(top - bottom, 0.0)
@@ -310,7 +315,7 @@ def _check_walls(fracture: Fracture, path: str | os.PathLike) -> None:
     if off.any():
         first = _first_pixel(off)
         raise DataValidationError(
-            f"{_where(path, g, 'aperture')}: {int(off.sum())} pixel(s) differ from the walls' separation "
+            f"{where(path, g, 'aperture')}: {int(off.sum())} pixel(s) differ from the walls' separation "
             f"max(top - bottom, 0) by more than {rule}; the first is {first}: aperture "
             f"{float(fracture.aperture[first]):.6g} m, walls {float(separation[first]):.6g} m apart"
         )
@@ -320,7 +325,7 @@ def _check_boundaries(fracture: Fracture, path: str | os.PathLike) -> None:
     axis = FLOW_AXES[fracture.flow_axis]
     drop = abs(fracture.inlet_pressure - fracture.outlet_pressure)
     if drop == 0:
-        raise DataValidationError(f"{_where(path, fracture.name)}: inlet_pressure equals outlet_pressure")
+        raise DataValidationError(f"{where(path, fracture.name)}: inlet_pressure equals outlet_pressure")
     active = fracture.active
     for side, index, declared in (
         ("inlet", 0, fracture.inlet_pressure),
@@ -330,13 +335,13 @@ def _check_boundaries(fracture: Fracture, path: str | os.PathLike) -> None:
         face_active = np.take(active, index, axis=axis)
         if not face_active.any():
             raise DataValidationError(
-                f"{_where(path, fracture.name, 'aperture')}: the {side} face (flow_axis "
+                f"{where(path, fracture.name, 'aperture')}: the {side} face (flow_axis "
                 f"{fracture.flow_axis}, index {index}) has no active cell"
             )
         mean = float(face[face_active].mean())
         if abs(mean - declared) > BOUNDARY_TOLERANCE * drop:
             raise DataValidationError(
-                f"{_where(path, fracture.name, 'pressure')}: {side} face (flow_axis {fracture.flow_axis}, "
+                f"{where(path, fracture.name, 'pressure')}: {side} face (flow_axis {fracture.flow_axis}, "
                 f"index {index}) has mean {mean:.6g}, inconsistent with declared {side}_pressure "
                 f"{declared:.6g} (tolerance {BOUNDARY_TOLERANCE:g} x |inlet - outlet|)"
             )
@@ -346,7 +351,7 @@ def _check_boundaries(fracture: Fracture, path: str | os.PathLike) -> None:
     if outside.any():
         first = _first_pixel(outside)
         raise DataValidationError(
-            f"{_where(path, fracture.name, 'pressure')}: {int(outside.sum())} active pixel(s) lie outside the range "
+            f"{where(path, fracture.name, 'pressure')}: {int(outside.sum())} active pixel(s) lie outside the range "
             f"[{low:.6g}, {high:.6g}] of the outlet and inlet pressures by more than {PRESSURE_RANGE_TOLERANCE:g} x "
             f"|inlet - outlet|; the first is {first}: {float(fracture.pressure[first]):.6g} (without sources the "
             "pressure lies between them: is the pressure in another unit than the inlet and outlet pressures?)"
@@ -391,13 +396,13 @@ def _read_dataset(path: str | os.PathLike, group: str, obj: h5py.Group, name: st
         memory = available_memory()
         if dataset.nbytes > memory:
             raise DataValidationError(
-                f"{_where(path, group, name)}: shape {dataset.shape} of {dataset.dtype} needs "
+                f"{where(path, group, name)}: shape {dataset.shape} of {dataset.dtype} needs "
                 f"{dataset.nbytes / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB this machine has available"
             )
         return dataset[()]
     except (OSError, KeyError, RuntimeError) as err:
         raise DataValidationError(
-            f"{_where(path, group, name)}: cannot be read (truncated or corrupt file?): {err}"
+            f"{where(path, group, name)}: cannot be read (truncated or corrupt file?): {err}"
         ) from err
 
 
@@ -406,28 +411,28 @@ def detect_layout(f: h5py.File, path: str | os.PathLike) -> Layout:
     ``aperture_field``; raise :class:`DataValidationError` otherwise."""
     if f.attrs.get("schema") == SCHEMA_NAME:
         if "schema_version" not in f.attrs:
-            raise DataValidationError(f"{_where(path)}: missing root attribute 'schema_version'")
+            raise DataValidationError(f"{where(path)}: missing root attribute 'schema_version'")
         value = f.attrs["schema_version"]
         version = np.asarray(value)
         if version.size != 1 or not np.issubdtype(version.dtype, np.integer):
-            shown = value.decode(errors="replace") if isinstance(value, bytes) else value
-            shown = shown.item() if isinstance(shown, np.generic) else shown
+            text = value.decode(errors="replace") if isinstance(value, bytes) else value
+            text = text.item() if isinstance(text, np.generic) else text
             raise DataValidationError(
-                f"{_where(path)}: root attribute 'schema_version' is {shown!r}; expected an integer (this flowlearn "
+                f"{where(path)}: root attribute 'schema_version' is {text!r}; expected an integer (this flowlearn "
                 f"reads version {SCHEMA_VERSION})"
             )
         version = int(version.reshape(()))
         if version != SCHEMA_VERSION:
             raise DataValidationError(
-                f"{_where(path)}: schema_version {version} is not supported (expected {SCHEMA_VERSION})"
+                f"{where(path)}: schema_version {version} is not supported (expected {SCHEMA_VERSION})"
             )
         return "flowlearn"
     if len(f) == 0:
-        raise DataValidationError(f"{_where(path)}: contains no fracture groups")
+        raise DataValidationError(f"{where(path)}: contains no fracture groups")
     if all(isinstance(obj, h5py.Group) and "aperture_field" in obj for obj in f.values()):
         return "original"
     raise DataValidationError(
-        f"{_where(path)}: neither the flowlearn layout (root attribute schema={SCHEMA_NAME!r}) nor the "
+        f"{where(path)}: neither the flowlearn layout (root attribute schema={SCHEMA_NAME!r}) nor the "
         f"original layout (every group holding 'aperture_field' and 'pressure_field')"
     )
 
@@ -437,11 +442,11 @@ def _group_names(f: h5py.File, path: str | os.PathLike) -> list[str]:
     for name, obj in f.items():
         if not isinstance(obj, h5py.Group):
             raise DataValidationError(
-                f"{_where(path)}: unexpected top-level dataset '{name}' (only fracture groups are allowed)"
+                f"{where(path)}: unexpected top-level dataset '{name}' (only fracture groups are allowed)"
             )
         names.append(name)
     if not names:
-        raise DataValidationError(f"{_where(path)}: contains no fracture groups")
+        raise DataValidationError(f"{where(path)}: contains no fracture groups")
     return sorted(names)
 
 
@@ -451,22 +456,22 @@ def _check_members(
     allowed = set(required) | set(optional)
     for member in required:
         if member not in g:
-            raise DataValidationError(f"{_where(path, name, member)}: missing field")
+            raise DataValidationError(f"{where(path, name, member)}: missing field")
     for member, obj in g.items():
         if member not in allowed:
             raise DataValidationError(
-                f"{_where(path, name, member)}: unexpected field (allowed: {', '.join(sorted(allowed))})"
+                f"{where(path, name, member)}: unexpected field (allowed: {', '.join(sorted(allowed))})"
             )
         if not isinstance(obj, h5py.Dataset):
-            raise DataValidationError(f"{_where(path, name, member)}: expected a dataset, found a group")
+            raise DataValidationError(f"{where(path, name, member)}: expected a dataset, found a group")
 
 
 def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout) -> Fracture:
     if name not in f:
-        raise DataValidationError(f"{_where(path, name)}: no such group (groups: {', '.join(sorted(f))})")
+        raise DataValidationError(f"{where(path, name)}: no such group (groups: {', '.join(sorted(f))})")
     g = f[name]
     if not isinstance(g, h5py.Group):
-        raise DataValidationError(f"{_where(path, name)}: expected a group, found a dataset")
+        raise DataValidationError(f"{where(path, name)}: expected a group, found a dataset")
     if layout == "original":
         _check_members(path, name, g, ORIGINAL_FIELDS, ORIGINAL_OPTIONAL_FIELDS)
         arrays = {"pressure_field": None}
@@ -474,7 +479,7 @@ def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout
             arr = _read_dataset(path, name, g, fname)
             if arr.ndim != 4 or arr.shape[:2] != (1, 1):
                 raise DataValidationError(
-                    f"{_where(path, name, fname)}: expected shape (1, 1, H, W), got {arr.shape}"
+                    f"{where(path, name, fname)}: expected shape (1, 1, H, W), got {arr.shape}"
                 )
             arrays[fname] = arr[0, 0]
         if (
@@ -482,49 +487,49 @@ def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout
             and arrays["pressure_field"].shape != arrays["aperture_field"].shape
         ):
             raise DataValidationError(
-                f"{_where(path, name, 'pressure_field')}: shape {arrays['pressure_field'].shape} does not "
+                f"{where(path, name, 'pressure_field')}: shape {arrays['pressure_field'].shape} does not "
                 f"match aperture_field shape {arrays['aperture_field'].shape}"
             )
         return Fracture(name=name, aperture=arrays["aperture_field"], pressure=arrays["pressure_field"])
     _check_members(path, name, g, FLOWLEARN_FIELDS, OPTIONAL_FIELDS)
     for attr in (*REQUIRED_ATTRS, *(PRESSURE_ATTRS if "pressure" in g else ())):
         if attr not in g.attrs:
-            raise DataValidationError(f"{_where(path, name)}: missing attribute '{attr}'")
+            raise DataValidationError(f"{where(path, name)}: missing attribute '{attr}'")
     mask = _read_dataset(path, name, g, "mask") if "mask" in g else None
     if mask is not None and mask.dtype != bool:
         # The schema's mask is bool: cast to bool, a float mask's 0.5 or an int mask's 2 would count as active cells,
         # whatever the file meant by them.
-        raise DataValidationError(f"{_where(path, name, 'mask')}: expected a bool dtype, got {mask.dtype}")
+        raise DataValidationError(f"{where(path, name, 'mask')}: expected a bool dtype, got {mask.dtype}")
     flow_axis = g.attrs["flow_axis"]
     return Fracture(
         name=name,
         aperture=_read_dataset(path, name, g, "aperture"),
         pressure=_read_dataset(path, name, g, "pressure") if "pressure" in g else None,
         mask=mask,
-        voxel_size=_number_attribute(path, name, g, "voxel_size"),
-        inlet_pressure=_number_attribute(path, name, g, "inlet_pressure", 2.0),
-        outlet_pressure=_number_attribute(path, name, g, "outlet_pressure", 1.0),
+        voxel_size=number_attribute(path, name, g.attrs, "voxel_size"),
+        inlet_pressure=number_attribute(path, name, g.attrs, "inlet_pressure", 2.0),
+        outlet_pressure=number_attribute(path, name, g.attrs, "outlet_pressure", 1.0),
         flow_axis=flow_axis.decode() if isinstance(flow_axis, bytes) else str(flow_axis),
         provenance=_provenance(path, name, g),
-        flow_rate=_number_attribute(path, name, g, "flow_rate") if "flow_rate" in g.attrs else None,
+        flow_rate=number_attribute(path, name, g.attrs, "flow_rate") if "flow_rate" in g.attrs else None,
         bottom=_read_dataset(path, name, g, "bottom") if "bottom" in g else None,
         top=_read_dataset(path, name, g, "top") if "top" in g else None,
     )
 
 
-def _number_attribute(
-    path: str | os.PathLike, name: str, group: h5py.Group, attribute: str, default: float | None = None
+def number_attribute(
+    path: str | os.PathLike, name: str, attrs: Mapping[str, Any], attribute: str, default: float | None = None
 ) -> float:
-    """The attribute ``attribute`` of ``group`` as a float (``default`` where absent): one real number, not text
-    or an array of several."""
-    value = group.attrs.get(attribute, default)
+    """The attribute ``attribute`` of group ``name`` (its ``attrs``) as a float (``default`` where absent): one real
+    number, not text or an array of several."""
+    value = attrs.get(attribute, default)
     array = np.asarray(value)
     if array.size != 1 or not (
         np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
     ):
-        shown = value.decode(errors="replace") if isinstance(value, bytes) else value
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
         raise DataValidationError(
-            f"{_where(path, name)}: attribute '{attribute}' is {shown!r}; expected one number"
+            f"{where(path, name, attribute=attribute)} is {text!r}; expected one number"
         )
     return float(array.reshape(()))
 
@@ -536,11 +541,11 @@ def _provenance(path: str | os.PathLike, name: str, group: h5py.Group) -> dict:
         provenance = json.loads(text)
     except (TypeError, ValueError) as error:  # JSONDecodeError is a ValueError; an array is a TypeError
         raise DataValidationError(
-            f"{_where(path, name)}: attribute 'provenance' is not a JSON text ({error})"
+            f"{where(path, name)}: attribute 'provenance' is not a JSON text ({error})"
         ) from None
     if not isinstance(provenance, dict):
         raise DataValidationError(
-            f"{_where(path, name)}: attribute 'provenance' is JSON {type(provenance).__name__}; expected an object"
+            f"{where(path, name)}: attribute 'provenance' is JSON {type(provenance).__name__}; expected an object"
         )
     return provenance
 
@@ -559,11 +564,11 @@ def list_fractures(path: str | os.PathLike) -> list[FractureInfo]:
             g = f[name]
             key = "aperture" if layout == "flowlearn" else "aperture_field"
             if key not in g:
-                raise DataValidationError(f"{_where(path, name, key)}: missing field")
+                raise DataValidationError(f"{where(path, name, key)}: missing field")
             shape = tuple(g[key].shape)
             walls = layout == "flowlearn" and all(wall in g for wall in WALL_FIELDS)
             voxel = layout == "flowlearn" and math.isfinite(
-                _number_attribute(path, name, g, "voxel_size", math.nan)
+                number_attribute(path, name, g.attrs, "voxel_size", math.nan)
             )
             axis = str(g.attrs.get("flow_axis", "x")) if layout == "flowlearn" else "x"
             infos.append(FractureInfo(name, shape[2:] if layout == "original" else shape, walls, voxel, axis))
@@ -597,7 +602,7 @@ def validate_file(
 def missing_pressure(path: str | os.PathLike, name: str) -> DataValidationError:
     """The error of a fracture without a reference pressure where one is needed (training)."""
     return DataValidationError(
-        f"{_where(path, name, 'pressure')}: missing; training needs the reference pressure (an aperture map alone "
+        f"{where(path, name, 'pressure')}: missing; training needs the reference pressure (an aperture map alone "
         "can be predicted on, with flowlearn predict)"
     )
 
@@ -744,10 +749,10 @@ def write_fractures(
     if layout not in ("flowlearn", "original"):
         raise ValueError(f"unknown layout {layout!r}; expected 'flowlearn' or 'original'")
     if not fractures:
-        raise DataValidationError(f"{_where(path)}: nothing to write (no fractures)")
+        raise DataValidationError(f"{where(path)}: nothing to write (no fractures)")
     names = [fr.name for fr in fractures]
     if len(set(names)) != len(names):
-        raise DataValidationError(f"{_where(path)}: duplicate fracture names in {names}")
+        raise DataValidationError(f"{where(path)}: duplicate fracture names in {names}")
     for fracture in fractures:
         validate_fracture(fracture, path)
         if layout == "original":
@@ -795,14 +800,14 @@ def check_original_layout(fracture: Fracture, path: str | os.PathLike) -> None:
         or (fracture.inlet_pressure, fracture.outlet_pressure) != (2.0, 1.0)
     ):
         raise DataValidationError(
-            f"{_where(path, fracture.name)}: the original layout holds only 2D fractures with flow "
+            f"{where(path, fracture.name)}: the original layout holds only 2D fractures with flow "
             f"along x, inlet 2 and outlet 1"
         )
     if fracture.mask is not None:
         lost = ~fracture.mask.astype(bool) & (fracture.aperture > 0)
         if lost.any():
             raise DataValidationError(
-                f"{_where(path, fracture.name, 'mask')}: the original layout keeps no mask, so its {int(lost.sum())} "
+                f"{where(path, fracture.name, 'mask')}: the original layout keeps no mask, so its {int(lost.sum())} "
                 f"inactive cell(s) of aperture > 0 (the first at {_first_pixel(lost)}) would become active; keep "
                 "the flowlearn layout, or set their aperture to 0"
             )

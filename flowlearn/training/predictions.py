@@ -35,9 +35,10 @@ import h5py
 import numpy as np
 import torch
 
+from flowlearn.checks import shown
 from flowlearn.data.datamodule import FractureDataset
 from flowlearn.data.reference_error import ERRORS
-from flowlearn.data.schema import atomic_hdf5, open_file
+from flowlearn.data.schema import atomic_hdf5, number_attribute, open_file, where
 from flowlearn.errors import DataValidationError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
 from flowlearn.training.batches import as_batch
@@ -257,7 +258,7 @@ def _training_statistics(path: str | Path, f: h5py.File) -> dict[str, list[float
         for pair in ranges.values()
     ):
         raise DataValidationError(
-            f"{path}: attribute '{TRAINING_STATISTICS}' is {_shown(value)}; expected a JSON object of [low, high] "
+            f"{path}: attribute '{TRAINING_STATISTICS}' is {shown(value)}; expected a JSON object of [low, high] "
             "pairs, one per statistic (as training writes it)"
         )
     return ranges
@@ -287,7 +288,7 @@ def read_predictions(path: str | Path, split: str | None = None) -> list[Fractur
         for name, _, attrs in groups:
             if attrs["law"] != first["law"]:
                 raise DataValidationError(
-                    f"{_where(path, name, 'law')} is {attrs['law']!r}, and {first['law']!r} in group '{first_name}': "
+                    f"{where(path, name, attribute='law')} is {attrs['law']!r}, and {first['law']!r} in group '{first_name}': "
                     "expected one law in every group (a predictions file holds one run's predictions)"
                 )
         return [
@@ -297,28 +298,6 @@ def read_predictions(path: str | Path, split: str | None = None) -> list[Fractur
         ]
 
 
-def _where(path: str | Path, group: str, attribute: str | None = None, field: str | None = None) -> str:
-    """``<path>: group '<group>'``, then the attribute or field, as every message of a bad group starts."""
-    where = f"{path}: group '{group}'"
-    if attribute is not None:
-        where += f": attribute '{attribute}'"
-    if field is not None:
-        where += f": field '{field}'"
-    return where
-
-
-def _shown(value: Any) -> str:
-    """A value as a message shows it: on one line, and short."""
-    if isinstance(value, bytes):
-        value = value.decode(errors="replace")
-    if isinstance(value, np.ndarray):
-        value = value.tolist() if value.size <= 8 else f"array of shape {value.shape}, dtype {value.dtype}"
-    elif isinstance(value, np.generic):
-        value = value.item()
-    text = " ".join(repr(value).split())
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _text_attribute(
     path: str | Path, name: str, attrs: dict[str, Any], attribute: str, allowed: Sequence[str]
 ) -> str:
@@ -326,7 +305,9 @@ def _text_attribute(
     text = value.decode(errors="replace") if isinstance(value, bytes | np.bytes_) else value
     if not isinstance(text, str) or (allowed and text not in allowed):
         expected = f"{', '.join(allowed[:-1])} or {allowed[-1]}" if allowed else "a name"
-        raise DataValidationError(f"{_where(path, name, attribute)} is {_shown(value)}; expected {expected}")
+        raise DataValidationError(
+            f"{where(path, name, attribute=attribute)} is {shown(value)}; expected {expected}"
+        )
     return text
 
 
@@ -350,16 +331,22 @@ def _check_group(path: str | Path, name: str, group: h5py.Group | h5py.Dataset) 
     return attrs
 
 
+def _dataset(path: str | Path, name: str, group: h5py.Group, field: str) -> h5py.Dataset:
+    """The dataset ``field`` of ``group``, which every predictions group holds."""
+    dataset = group.get(field)
+    if not isinstance(dataset, h5py.Dataset):
+        raise DataValidationError(
+            f"{where(path, name, field=field)} is missing: every predictions group holds it (as training and "
+            "flowlearn predict write it)"
+        )
+    return dataset
+
+
 def _map(
     path: str | Path, name: str, group: h5py.Group, field: str, shapes: Sequence[tuple[int, ...]]
 ) -> np.ndarray:
     """The float dataset ``field`` of ``group``, of one of ``shapes`` (the first: the aperture map's)."""
-    dataset = group.get(field)
-    if not isinstance(dataset, h5py.Dataset):
-        raise DataValidationError(
-            f"{_where(path, name, field=field)} is missing: every predictions group holds it (as training and "
-            "flowlearn predict write it)"
-        )
+    dataset = _dataset(path, name, group, field)
     if dataset.shape not in shapes:
         also = (
             ""
@@ -367,24 +354,13 @@ def _map(
             else f" (nor {' or '.join(str(s) for s in shapes[1:])}, the per-axis forms)"
         )
         raise DataValidationError(
-            f"{_where(path, name, field=field)}: shape {dataset.shape} does not match field 'active' {shapes[0]}{also}"
+            f"{where(path, name, field=field)}: shape {dataset.shape} does not match field 'active' {shapes[0]}{also}"
         )
     if not np.issubdtype(dataset.dtype, np.floating):
         raise DataValidationError(
-            f"{_where(path, name, field=field)}: expected a float dtype, got {dataset.dtype}"
+            f"{where(path, name, field=field)}: expected a float dtype, got {dataset.dtype}"
         )
     return dataset[()]
-
-
-def _number(path: str | Path, name: str, attrs: Mapping[str, Any], attribute: str) -> float:
-    """Attribute ``attribute`` as a float, NaN where absent: one real number, not text or several."""
-    value = attrs.get(attribute, math.nan)
-    array = np.asarray(value)
-    if array.size != 1 or not (
-        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
-    ):
-        raise DataValidationError(f"{_where(path, name, attribute)} is {_shown(value)}; expected one number")
-    return float(array.reshape(()))
 
 
 def _numbers(
@@ -398,7 +374,9 @@ def _numbers(
     if array.shape != (count,) or not (
         np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
     ):
-        raise DataValidationError(f"{_where(path, name, attribute)} is {_shown(value)}; expected {what}")
+        raise DataValidationError(
+            f"{where(path, name, attribute=attribute)} is {shown(value)}; expected {what}"
+        )
     return tuple(float(x) for x in array)
 
 
@@ -416,22 +394,17 @@ def _read_group(path: str | Path, name: str, group: h5py.Group, attrs: dict[str,
     """One group, checked: every field the writer writes, shaped like ``active``, which has a pixel to compare;
     numbers where the schema has numbers, and flow rates in the direction of the head drop (or NaN where none).
     ``attrs``: its attributes, as :func:`_check_group` returns them."""
-    active = group.get("active")
-    if not isinstance(active, h5py.Dataset):
-        raise DataValidationError(
-            f"{_where(path, name, field='active')} is missing: every predictions group holds it (as training and "
-            "flowlearn predict write it)"
-        )
+    active = _dataset(path, name, group, "active")
     if active.dtype != bool or active.ndim not in (2, 3):
         raise DataValidationError(
-            f"{_where(path, name, field='active')}: expected a bool map of 2 or 3 dimensions, got shape "
+            f"{where(path, name, field='active')}: expected a bool map of 2 or 3 dimensions, got shape "
             f"{active.shape}, dtype {active.dtype}"
         )
     shape = active.shape
     active = active[()]
     if not active.any():
         raise DataValidationError(
-            f"{_where(path, name, field='active')} has no active pixel; a fracture needs a path from inlet to outlet"
+            f"{where(path, name, field='active')} has no active pixel; a fracture needs a path from inlet to outlet"
         )
     maps = {
         field: _map(path, name, group, field, [shape]) for field in ("aperture", "correction", "pressure")
@@ -443,33 +416,33 @@ def _read_group(path: str | Path, name: str, group: h5py.Group, attrs: dict[str,
     present = [b for b in BASELINE_NAMES if f"{BASELINE_PREFIX}{b}" in group or b == COMPARED]
     baselines = {b: _map(path, name, group, f"{BASELINE_PREFIX}{b}", [shape]) for b in present}
 
-    voxel_size = _number(path, name, attrs, "voxel_size")
+    voxel_size = number_attribute(path, name, attrs, "voxel_size", math.nan)
     if not (math.isnan(voxel_size) or (math.isfinite(voxel_size) and voxel_size > 0)):
         raise DataValidationError(
-            f"{_where(path, name, 'voxel_size')} is {voxel_size!r}; expected a finite number > 0 (metres per "
+            f"{where(path, name, attribute='voxel_size')} is {voxel_size!r}; expected a finite number > 0 (metres per "
             "pixel), or NaN where it is unknown"
         )
-    power_exponent = _number(path, name, attrs, "power_exponent")
+    power_exponent = number_attribute(path, name, attrs, "power_exponent", math.nan)
     if math.isinf(power_exponent):
         raise DataValidationError(
-            f"{_where(path, name, 'power_exponent')} is {power_exponent!r}; expected a finite number, or NaN where "
+            f"{where(path, name, attribute='power_exponent')} is {power_exponent!r}; expected a finite number, or NaN where "
             "none was fitted"
         )
     inlet, outlet = _heads(maps["pressure"], active)
     if not (math.isfinite(inlet) and math.isfinite(outlet) and inlet != outlet):
         raise DataValidationError(
-            f"{_where(path, name, field='pressure')}: holds no head drop between its first and last columns "
+            f"{where(path, name, field='pressure')}: holds no head drop between its first and last columns "
             f"(inlet {inlet:g}, outlet {outlet:g}); the model's pressure holds the heads there"
         )
     rates = {
-        key: _number(path, name, attrs, key)
+        key: number_attribute(path, name, attrs, key, math.nan)
         for key in ("flow_rate", "flow_rate_reference", *(f"{FLOW_RATE_PREFIX}{b}" for b in present))
     }
     for key, rate in rates.items():
         if not (math.isnan(rate) or (math.isfinite(rate) and (rate > 0) == (inlet > outlet) and rate != 0)):
             sign = ">" if inlet > outlet else "<"
             raise DataValidationError(
-                f"{_where(path, name, key)} is {rate!r}; expected a finite number {sign} 0 (inlet head {inlet:g}, "
+                f"{where(path, name, attribute=key)} is {rate!r}; expected a finite number {sign} 0 (inlet head {inlet:g}, "
                 f"outlet head {outlet:g}), or NaN where there is none"
             )
     interval = _numbers(path, name, attrs, "flow_rate_interval", 2, "two numbers, low and high")
@@ -477,7 +450,7 @@ def _read_group(path: str | Path, name: str, group: h5py.Group, attrs: dict[str,
         all(math.isfinite(end) for end in interval) and 0 <= interval[0] <= interval[1]
     ):
         raise DataValidationError(
-            f"{_where(path, name, 'flow_rate_interval')} is {_shown(interval)}; expected two finite numbers "
+            f"{where(path, name, attribute='flow_rate_interval')} is {shown(interval)}; expected two finite numbers "
             "0 <= low <= high"
         )
     error = _numbers(
@@ -485,7 +458,7 @@ def _read_group(path: str | Path, name: str, group: h5py.Group, attrs: dict[str,
     )
     if error is not None and any(math.isinf(value) for value in error):
         raise DataValidationError(
-            f"{_where(path, name, 'reference_error')} is {_shown(error)}; expected {len(ERRORS)} finite numbers "
+            f"{where(path, name, attribute='reference_error')} is {shown(error)}; expected {len(ERRORS)} finite numbers "
             f"({', '.join(ERRORS)}), NaN where none is recorded"
         )
     fields = FractureFields(
@@ -507,7 +480,7 @@ def _read_group(path: str | Path, name: str, group: h5py.Group, attrs: dict[str,
     )
     if not fields.compared.any():
         raise DataValidationError(
-            f"{_where(path, name, field='pressure')}: no active pixel between the inlet and outlet columns where it "
+            f"{where(path, name, field='pressure')}: no active pixel between the inlet and outlet columns where it "
             f"and field '{BASELINE_PREFIX}{COMPARED}' are finite: nothing to compare"
         )
     return fields
