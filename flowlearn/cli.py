@@ -603,20 +603,24 @@ def _named_fractures(data: str, wanted: list[str] | None, every: int = 1) -> lis
 
 
 def _run_refine(args: argparse.Namespace) -> int:
-    from flowlearn.data.refinement import infer_file, refine_file
+    from flowlearn.data.refinement import check_convergence_records, infer_file, refine_file
     from flowlearn.data.schema import check_writable
 
     check_cores("--threads", args.threads)
     check_writable(args.data)
     chosen = _named_fractures(args.data, args.fracture, every=args.every)
+    if args.infer and not args.infer_only:
+        check_convergence_records(args.data)  # a bad record found after minutes of LBM runs would waste them
     if not args.infer_only:
-        print(f"{'fracture':<16} {'Q(2x)/Q(1x) - 1':>16} {'seconds':>8}")
-        count = refine_file(
-            args.data,
-            chosen,
-            args.threads,
-            lambda name, change, seconds: print(f"{name:<16} {change:>16.2%} {seconds:>8.0f}", flush=True),
-        )
+        rows: list[str] = []
+
+        def report(name: str, change: float, seconds: float) -> None:
+            if not rows:  # the header once a fracture is measured: after every check, not before an error
+                print(f"{'fracture':<16} {'Q(2x)/Q(1x) - 1':>16} {'seconds':>8}")
+            rows.append(name)
+            print(f"{name:<16} {change:>16.2%} {seconds:>8.0f}", flush=True)
+
+        count = refine_file(args.data, chosen, args.threads, report)
         print(f"measured {count} fracture(s) of {args.data} (those measured before were kept)")
     if args.infer or args.infer_only:
         rule = infer_file(args.data)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from test_user_errors import _flowlearn
 
+from flowlearn.cli import main
 from flowlearn.data import reference_error
 from flowlearn.data.refinement import MEASURED as CONVERGENCE_MEASURED
 from flowlearn.data.schema import Fracture, validate_file, write_fractures
@@ -186,8 +187,25 @@ def test_refine_on_recorded_lbm_settings_out_of_range(tmp_path, capsys, omega, m
     path = tmp_path / "data.h5"
     write_fractures(path, [_gap("f0", {"lbm": {"settings": {"omega": omega, "magic": 0.1875}}}), _gap("f1")])
     before, modified = path.read_bytes(), path.stat().st_mtime_ns
-    status, err = _flowlearn(capsys, "refine", str(path), "--fracture", "f0", "--threads", "1")
+    status = main(["refine", str(path), "--fracture", "f0", "--threads", "1"])
+    out, err = capsys.readouterr()
     _one_line(status, err, "refine", f"{path}: group 'f0': {message}")
+    assert out == ""  # not even the table's header
+    _unchanged(path, before, modified)
+
+
+def test_refine_then_infer_checks_every_record_before_the_first_run(tmp_path, capsys):
+    """``--infer`` reads every fracture's convergence record after the LBM runs: a bad one was found only then,
+    after minutes of runs, with the measured fracture already written."""
+    path = _measured_file(tmp_path / "data.h5", "big")
+    before, modified = path.read_bytes(), path.stat().st_mtime_ns
+    status, err = _flowlearn(capsys, "refine", str(path), "--fracture", "u0", "--infer", "--threads", "1")
+    _one_line(
+        status,
+        err,
+        "refine",
+        f"{path}: group 'm1': provenance convergence.flow_rate_change is 'big'; expected a number",
+    )
     _unchanged(path, before, modified)
 
 

@@ -237,13 +237,27 @@ def infer_file(path: str | os.PathLike) -> Rule:
             (:func:`measured_change`), a convergence record that is no JSON object; before anything is written.
     """
     fractures, attrs = flowlearn_fractures(path)
-    for fracture in fractures:
-        provenance_record(fracture, "convergence", path)
-    measured = [fracture for fracture in fractures if is_measured(fracture)]
-    changes = [measured_change(fracture, path) for fracture in measured]
+    measured, changes = _measured_changes(fractures, path)
     rule = infer_rule([wall_slope(fracture) for fracture in measured], changes)
     for fracture in fractures:
         if not is_measured(fracture) and fracture.bottom is not None and fracture.voxel_size > 0:
             fracture.provenance["convergence"] = rule.record(wall_slope(fracture))
     write_fractures(path, fractures, attrs=attrs)
     return rule
+
+
+def check_convergence_records(path: str | os.PathLike) -> None:
+    """Raise what :func:`infer_file` would for the convergence records of ``path`` as they stand: for a command
+    that measures fractures and infers the rest afterwards, before its first LBM run."""
+    _measured_changes(flowlearn_fractures(path)[0], path)
+
+
+def _measured_changes(
+    fractures: Sequence[Fracture], path: str | os.PathLike
+) -> tuple[list[Fracture], list[float]]:
+    """The measured fractures among ``fractures`` and their changes, every convergence record checked (a JSON
+    object, a finite measured change) with file and group named."""
+    for fracture in fractures:
+        provenance_record(fracture, "convergence", path)
+    measured = [fracture for fracture in fractures if is_measured(fracture)]
+    return measured, [measured_change(fracture, path) for fracture in measured]
