@@ -365,6 +365,12 @@ CONFIG_ROWS = [
         "trainer=ddp trainer.devices=4096",
         "trainer.devices=4096 starts 4096 training processes on the CPU, more than the",
     ),
+    # Lightning's auto runs on the CPU where there is no GPU: 8 processes shared 2 cores.
+    pytest.param(
+        "trainer.accelerator=auto trainer.devices=4096",
+        "trainer.devices=4096 starts 4096 training processes on the CPU, more than the",
+        marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present"),
+    ),
     # Lightning's mixed and 16-bit precisions would silently leave the float64 model as it is.
     (
         "trainer.precision=bf16-mixed",
@@ -431,6 +437,11 @@ CONFIG_ROWS = [
     ),
     pytest.param(
         "trainer.accelerator=gpu trainer.devices=4096",
+        "trainer.devices=4096 asks for 4096 GPUs; this machine has",
+        marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+    ),
+    pytest.param(
+        "trainer.accelerator=auto trainer.devices=4096",
         "trainer.devices=4096 asks for 4096 GPUs; this machine has",
         marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
     ),

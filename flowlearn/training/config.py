@@ -465,13 +465,14 @@ def validate_config(cfg: DictConfig) -> None:
         "optimizer=gauss_newton runs in one process: its steps need the residuals of the whole batch, which "
         f"trainer.devices={devices} processes would split; use trainer=default",
     )
+    # Lightning's auto takes the GPUs where CUDA has one, else the CPU.
     on_gpus = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if on_gpus and is_integer(devices):
         _check(
             devices <= torch.cuda.device_count(),
             f"trainer.devices={devices} asks for {devices} GPUs; this machine has {torch.cuda.device_count()}",
         )
-    if accelerator == "cpu" and is_integer(devices):
+    if not on_gpus and is_integer(devices):
         # Each CPU device is a process of its own: more than the cores share them, and each step waits on all.
         _check(
             devices <= usable_cores(),
