@@ -5,7 +5,8 @@ flowlearn layout (``layout="flowlearn"``)::
     /                      attrs: schema = "flowlearn-fractures", schema_version = 1; optional recipe (JSON:
                            the settings, seeds and library versions that made the file)
     /<name>/               one group per fracture; attrs:
-                             voxel_size       float, metres per voxel (cubic voxels), or NaN when unknown
+                             voxel_size       float, metres per voxel (cubic voxels) in [1e-9, 1], or NaN when
+                                              unknown
                              inlet_pressure   float, pressure (head) imposed on the inlet face
                              outlet_pressure  float, pressure (head) imposed on the outlet face
                              flow_axis        "x" (array axis -1), "y" (axis -2) or "z" (axis -3, 3D only);
@@ -22,7 +23,11 @@ flowlearn layout (``layout="flowlearn"``)::
     optional attribute     flow_rate: float, the reference flow rate through the outlet face as a Darcy model
                            counts it, Q mu / (p_inlet - p_outlet) x (inlet_pressure - outlet_pressure), in m^3
                            times the pressure's units; the Darcy solve with T = Ap^3/12 (Ap in metres), unit
-                           thickness and square pixels gives the local cubic law's value in the same units
+                           thickness and square pixels gives the local cubic law's value in the same units;
+                           within FLOW_RATE_BAND times the flow rate of parallel plates of the map's mean aperture
+
+Each fracture is a group of its own: a top-level link (soft, external or a second hard link) to a group, the same
+fracture under two names, is refused, as is a link that cannot be resolved.
 
 The reference ``pressure`` of a 3D simulation (LBM) is the pressure averaged over the gap, weighted by the local
 flux: the pressure that the flow carries, which a depth-averaged Darcy model describes.
@@ -47,14 +52,15 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
 import h5py
 import numpy as np
 
-from flowlearn.checks import available_memory, nonfinite
+from flowlearn.checks import VOXEL_SIZE, available_memory, nonfinite, shown
 from flowlearn.errors import DataValidationError, OutputError
 
 SCHEMA_NAME = "flowlearn-fractures"
@@ -91,6 +97,19 @@ WALL_TOLERANCE_RELATIVE = 1e-6
 # pressure describes a real fracture, and near float64's range their difference overflows (1e308 - -1e308 = inf),
 # which had made every tolerance derived from it infinite and every check on it pass.
 HEAD_LIMIT = 1e12
+# How far a stored flow rate may be from that of parallel plates of the map's mean aperture (over its active cells)
+# under the same head drop: H b^3/12 (h_in - h_out)/(W - 1) in pixels, as the Darcy solve counts it. Roughness and
+# contacts lower a real fracture's flow below that (0.16-0.98 of it in the embedded dataset; near the percolation
+# of its contacts by orders of magnitude more), and a few wide channels among narrow gaps raise it; a flow rate
+# in another unit (voxels cubed instead of metres cubed: 1e15 times, per second instead of per unit of head over
+# viscosity) or garbage (1e-300, 1e300) lies far outside, and would diverge a training or fill a table with
+# nonsense. Checked without a solve: a file of thousands of maps is validated before every training.
+FLOW_RATE_BAND = (1e-6, 1e6)
+# The attributes of the root of a flowlearn file that the writer sets itself (a caller's ``attrs`` may not).
+RESERVED_ROOT_ATTRS = ("schema", "schema_version")
+# The per-fracture attributes that hold one number (flow_rate only where not None).
+NUMBER_ATTRS = ("voxel_size", "inlet_pressure", "outlet_pressure", "flow_rate")
+ARRAY_FIELDS = ("aperture", "pressure", "mask", "bottom", "top")
 
 Layout = Literal["flowlearn", "original"]
 
@@ -166,17 +185,23 @@ def where(
     return text
 
 
-def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") -> None:
+def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") -> Fracture:
     """Check one fracture against the schema; raise :class:`DataValidationError` on the first violation.
 
-    Checks: 2D or 3D shape, equal shapes of aperture, pressure and mask, a known flow axis with at least
-    ``MIN_FLOW_LENGTH`` pixels along it and 2 along every other axis, finite values, non-negative aperture, a
-    voxel size > 0 or NaN, apertures below ``WIDEST_APERTURE`` lengths of the map's longest side where the voxel
-    size is known, finite inlet and outlet pressures within ``HEAD_LIMIT`` of 0, and boundary faces whose mean
-    pressure over active cells matches the declared inlet and outlet within ``BOUNDARY_TOLERANCE`` of their
-    difference, and a pressure within ``PRESSURE_RANGE_TOLERANCE`` of their difference of the range between them.
-    Zero apertures are inactive cells, not errors.
+    Checks: what the file can hold (:func:`_check_types`: a group name, numpy arrays, one number per scalar
+    attribute, a JSON object as provenance), 2D or 3D shape, equal shapes of aperture, pressure and mask, a known
+    flow axis with at least ``MIN_FLOW_LENGTH`` pixels along it and 2 along every other axis, finite values,
+    non-negative aperture, a voxel size in :data:`~flowlearn.checks.VOXEL_SIZE` or NaN, apertures below
+    ``WIDEST_APERTURE`` lengths of the map's longest side where the voxel size is known, finite inlet and outlet
+    pressures within ``HEAD_LIMIT`` of 0, boundary faces whose mean pressure over active cells matches the declared
+    inlet and outlet within ``BOUNDARY_TOLERANCE`` of their difference, a pressure within
+    ``PRESSURE_RANGE_TOLERANCE`` of their difference of the range between them, and a flow rate within
+    ``FLOW_RATE_BAND`` of parallel plates' (:func:`_check_flow_rate`). Zero apertures are inactive cells, not errors.
+
+    Returns:
+        ``fracture`` with its scalar attributes as floats (what the writer stores).
     """
+    fracture = _check_types(fracture, path)
     g = fracture.name
     ap, p = fracture.aperture, fracture.pressure
     fields = (("aperture", ap),) if p is None else (("aperture", ap), ("pressure", p))
@@ -204,10 +229,15 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
     # The shape before any value: statistics of an empty map (its mean, its walls' mean) are NaN, with warnings.
     _check_shape(fracture, path)
     voxel = fracture.voxel_size
-    if not (math.isnan(voxel) or (math.isfinite(voxel) and voxel > 0)):
+    # The range a simulation may be set up with: a voxel of real LBM or micro-CT data lies between a nanometre (below,
+    # no continuum flow) and a metre (above, no gap is one voxel wide). Outside it the size is in another unit or
+    # garbage: 1e300 m overflowed the wall slopes and dropped fields from predictions, 1e-300 m was blamed on the
+    # apertures.
+    low, high = VOXEL_SIZE
+    if not (math.isnan(voxel) or low <= voxel <= high):
         raise DataValidationError(
-            f"{where(path, g)}: attribute 'voxel_size' is {voxel!r}; expected a finite number > 0 (metres per "
-            "voxel), or NaN where it is unknown"
+            f"{where(path, g)}: attribute 'voxel_size' is {voxel!r}; expected a number in [{low:g}, {high:g}] "
+            "(metres per voxel), or NaN where it is unknown"
         )
     for side in ("inlet_pressure", "outlet_pressure"):
         if not math.isfinite(getattr(fracture, side)):
@@ -242,6 +272,89 @@ def validate_fracture(fracture: Fracture, path: str | os.PathLike = "<memory>") 
         _check_walls(fracture, path)
     if p is not None:
         _check_boundaries(fracture, path)
+    if fracture.flow_rate is not None:
+        _check_flow_rate(fracture, path)
+    return fracture
+
+
+def _check_types(fracture: Fracture, path: str | os.PathLike) -> Fracture:
+    """Raise :class:`DataValidationError` where a field of ``fracture`` (built in memory) is of a kind its file
+    cannot hold as the reader reads it back: a name that is no HDF5 group name (empty, '.', containing '/', not
+    text), arrays that are not numpy arrays, a scalar attribute that is not one number (the reader's
+    :func:`number_attribute`), a flow axis that is not text, a provenance that is no JSON object or cannot be
+    written as JSON (:func:`provenance_json`). Returns ``fracture`` with its scalar attributes as floats."""
+    name = fracture.name
+    if not isinstance(name, str) or name in ("", ".") or "/" in name:
+        raise DataValidationError(
+            f"{where(path)}: fracture name {shown(name)} cannot name an HDF5 group; expected non-empty text without "
+            "'/' (which would nest a group), other than '.'"
+        )
+    for fname in ARRAY_FIELDS:
+        value = getattr(fracture, fname)
+        if not (isinstance(value, np.ndarray) or (value is None and fname != "aperture")):
+            raise DataValidationError(
+                f"{where(path, name, fname)} is a {type(value).__name__} ({shown(value, limit=40)}); expected a "
+                "numpy array (np.asarray(...))"
+            )
+    if not isinstance(fracture.flow_axis, str):
+        raise DataValidationError(
+            f"{where(path, name)}: attribute 'flow_axis' is {shown(fracture.flow_axis)}; expected one of "
+            f"{sorted(FLOW_AXES)}"
+        )
+    provenance_json(fracture.provenance, path, name)
+    values = {attr: getattr(fracture, attr) for attr in NUMBER_ATTRS if getattr(fracture, attr) is not None}
+    return replace(fracture, **{attr: number_attribute(path, name, values, attr) for attr in values})
+
+
+def provenance_json(provenance: object, path: str | os.PathLike, name: str) -> str:
+    """``provenance`` as the JSON text the writer stores: a JSON object (:func:`_check_provenance`), numpy scalars
+    and arrays written as numbers and lists; :class:`DataValidationError` naming file and group where it holds what
+    JSON cannot (a set, an object, keys of mixed types)."""
+    _check_provenance(provenance, path, name)
+
+    def plain(value: object) -> object:
+        if isinstance(value, np.generic | np.ndarray):
+            return value.tolist()
+        raise TypeError(f"{type(value).__name__} {shown(value, limit=40)} is not JSON")
+
+    try:
+        return json.dumps(provenance, sort_keys=True, default=plain)
+    except (TypeError, ValueError) as error:  # ValueError: a record that contains itself
+        raise DataValidationError(
+            f"{where(path, name)}: attribute 'provenance' cannot be written as JSON: {error}"
+        ) from None
+
+
+def _check_provenance(provenance: object, path: str | os.PathLike, name: str) -> None:
+    """Raise :class:`DataValidationError` unless ``provenance`` (read from a file's JSON, or built in memory) is a
+    JSON object, a dict."""
+    if not isinstance(provenance, dict):
+        raise DataValidationError(
+            f"{where(path, name)}: attribute 'provenance' is JSON {type(provenance).__name__}; expected an object"
+        )
+
+
+def _check_flow_rate(fracture: Fracture, path: str | os.PathLike) -> None:
+    """Raise :class:`DataValidationError` where the stored flow rate is not within :data:`FLOW_RATE_BAND` times the
+    flow rate of parallel plates of the map's mean aperture over its active cells, under its head drop: n b^3/12
+    |h_in - h_out| / (L - 1), with L the pixels along the flow axis and n = size / L across it (the Darcy solve's
+    flow with unit pixels and thickness, in the flow rate's units: see the module docstring)."""
+    active = fracture.active
+    length = fracture.aperture.shape[FLOW_AXES[fracture.flow_axis]]
+    mean = float(fracture.aperture[active].mean()) if active.any() else 0.0
+    drop = abs(fracture.inlet_pressure - fracture.outlet_pressure)
+    # In decimals, whose exponents have no float64 bounds: a flow rate of 1e300 is 1e313 times that of plates.
+    plates = (
+        Decimal(fracture.aperture.size // length) * Decimal(mean) ** 3 / 12 * Decimal(drop) / (length - 1)
+    )
+    ratio = Decimal(fracture.flow_rate) / plates if plates else Decimal("Infinity")
+    low, high = FLOW_RATE_BAND
+    if not low <= ratio <= high:
+        raise DataValidationError(
+            f"{where(path, fracture.name)}: attribute 'flow_rate' is {fracture.flow_rate:.6g}, {ratio:.3g} times the "
+            f"flow rate {plates:.3g} of parallel plates of its mean aperture {mean:.3g} under its head drop "
+            f"{drop:.6g}; expected within [{low:g}, {high:g}] times it (a flow rate in another unit?)"
+        )
 
 
 def _check_shape(fracture: Fracture, path: str | os.PathLike) -> None:
@@ -358,8 +471,15 @@ def _check_boundaries(fracture: Fracture, path: str | os.PathLike) -> None:
         )
 
 
+def check_path(value: object, argument: str = "path") -> None:
+    """Raise :class:`DataValidationError` naming ``argument`` unless ``value`` is a file path (str or os.PathLike)."""
+    if not isinstance(value, str | os.PathLike):
+        raise DataValidationError(f"{argument} must be a file path (str or os.PathLike), got {shown(value)}")
+
+
 def open_file(path: str | os.PathLike) -> h5py.File:
     """Open read-only, turning the ways a file can fail to be HDF5 into clear validation errors."""
+    check_path(path)
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such file")
@@ -409,7 +529,9 @@ def _read_dataset(path: str | os.PathLike, group: str, obj: h5py.Group, name: st
 def detect_layout(f: h5py.File, path: str | os.PathLike) -> Layout:
     """Return "flowlearn" when the root carries the schema attribute, "original" when every group holds
     ``aperture_field``; raise :class:`DataValidationError` otherwise."""
-    if f.attrs.get("schema") == SCHEMA_NAME:
+    schema = f.attrs.get("schema")
+    # MATLAB and other writers of fixed-length strings store text as bytes (numpy.bytes_), as flow_axis is read.
+    if (schema.decode(errors="replace") if isinstance(schema, bytes) else schema) == SCHEMA_NAME:
         if "schema_version" not in f.attrs:
             raise DataValidationError(f"{where(path)}: missing root attribute 'schema_version'")
         value = f.attrs["schema_version"]
@@ -429,7 +551,8 @@ def detect_layout(f: h5py.File, path: str | os.PathLike) -> Layout:
         return "flowlearn"
     if len(f) == 0:
         raise DataValidationError(f"{where(path)}: contains no fracture groups")
-    if all(isinstance(obj, h5py.Group) and "aperture_field" in obj for obj in f.values()):
+    objects = [_top_level(f, path, name) for name in f]
+    if all(isinstance(obj, h5py.Group) and "aperture_field" in obj for obj in objects):
         return "original"
     raise DataValidationError(
         f"{where(path)}: neither the flowlearn layout (root attribute schema={SCHEMA_NAME!r}) nor the "
@@ -437,17 +560,46 @@ def detect_layout(f: h5py.File, path: str | os.PathLike) -> Layout:
     )
 
 
+def _top_level(f: h5py.File, path: str | os.PathLike, name: str) -> h5py.Group | h5py.Dataset:
+    """The top-level object ``name`` of ``f``; :class:`DataValidationError` where it is a soft link (to a group of
+    the file: the same fracture under a second name) or a link that cannot be resolved (a missing object or file).
+    A resolvable external link, a group of another file, is read as a group of this one."""
+    link = f.get(name, getlink=True)
+    obj = f.get(name)
+    if isinstance(link, h5py.HardLink):  # a name of the object itself, which always resolves
+        return obj
+    target = f"'{link.path}' in {link.filename}" if isinstance(link, h5py.ExternalLink) else f"'{link.path}'"
+    if obj is None:
+        raise DataValidationError(f"{where(path)}: '{name}' is a link to {target} that cannot be resolved")
+    if isinstance(link, h5py.SoftLink):
+        raise DataValidationError(
+            f"{where(path, name)} is a link to {target}: store each fracture once, as a group"
+        )
+    return obj
+
+
 def _group_names(f: h5py.File, path: str | os.PathLike) -> list[str]:
-    names = []
-    for name, obj in f.items():
+    """The names of the fracture groups of ``f``, sorted; :class:`DataValidationError` where a top-level object is a
+    dataset, a link (:func:`_top_level`) or a second hard link to a group listed already (one fracture twice, which
+    would land in two splits of a training)."""
+    names: list[str] = []
+    first: dict[h5py.h5g.GroupID, str] = {}  # ObjectIDs of one object are equal, whatever name opened them
+    for name in sorted(f):
+        obj = _top_level(f, path, name)
         if not isinstance(obj, h5py.Group):
             raise DataValidationError(
                 f"{where(path)}: unexpected top-level dataset '{name}' (only fracture groups are allowed)"
             )
+        if obj.id in first:
+            raise DataValidationError(
+                f"{where(path, name)} is a link to '/{first[obj.id]}' (a second hard link to one group): store each "
+                "fracture once, as a group"
+            )
+        first[obj.id] = name
         names.append(name)
     if not names:
         raise DataValidationError(f"{where(path)}: contains no fracture groups")
-    return sorted(names)
+    return names
 
 
 def _check_members(
@@ -467,9 +619,11 @@ def _check_members(
 
 
 def _read_group(path: str | os.PathLike, f: h5py.File, name: str, layout: Layout) -> Fracture:
+    if not isinstance(name, str):
+        raise DataValidationError(f"{where(path)}: name must be a group name (str), got {shown(name)}")
     if name not in f:
         raise DataValidationError(f"{where(path, name)}: no such group (groups: {', '.join(sorted(f))})")
-    g = f[name]
+    g = _top_level(f, path, name)
     if not isinstance(g, h5py.Group):
         raise DataValidationError(f"{where(path, name)}: expected a group, found a dataset")
     if layout == "original":
@@ -543,10 +697,7 @@ def _provenance(path: str | os.PathLike, name: str, group: h5py.Group) -> dict:
         raise DataValidationError(
             f"{where(path, name)}: attribute 'provenance' is not a JSON text ({error})"
         ) from None
-    if not isinstance(provenance, dict):
-        raise DataValidationError(
-            f"{where(path, name)}: attribute 'provenance' is JSON {type(provenance).__name__}; expected an object"
-        )
+    _check_provenance(provenance, path, name)
     return provenance
 
 
@@ -741,22 +892,35 @@ def write_fractures(
 ) -> None:
     """Validate ``fractures`` and write them atomically to ``path`` in the given layout.
 
-    ``attrs`` are extra root attributes of the flowlearn layout (``recipe``: how the file was made). The original
-    layout stores only 2D aperture and pressure as (1, 1, H, W) float32 and drops mask, walls and attributes; it
-    requires inlet 2 and outlet 1 along x, since that is what its readers assume, and a mask that leaves no cell of
-    aperture > 0 inactive (:func:`check_original_layout`).
+    ``attrs`` are extra root attributes of the flowlearn layout (``recipe``: how the file was made): text or
+    numbers, not ``schema`` or ``schema_version``, which the writer sets. The original layout stores only 2D
+    aperture and pressure as (1, 1, H, W) float32 and drops mask, walls and attributes; it requires inlet 2 and
+    outlet 1 along x, since that is what its readers assume, and a mask that leaves no cell of aperture > 0 inactive
+    (:func:`check_original_layout`). Everything is checked (:func:`validate_fracture`, the reader's checks) before
+    anything is written: a file written here is one flowlearn reads back.
     """
     if layout not in ("flowlearn", "original"):
         raise ValueError(f"unknown layout {layout!r}; expected 'flowlearn' or 'original'")
+    check_path(path)
+    if isinstance(fractures, Fracture) or not isinstance(fractures, Sequence):
+        raise DataValidationError(
+            f"{where(path)}: fractures must be a sequence of Fracture, got {type(fractures).__name__} (give a list)"
+        )
     if not fractures:
         raise DataValidationError(f"{where(path)}: nothing to write (no fractures)")
+    for index, fracture in enumerate(fractures):
+        if not isinstance(fracture, Fracture):
+            raise DataValidationError(
+                f"{where(path)}: fractures[{index}] is {type(fracture).__name__}; expected a Fracture"
+            )
+    fractures = [validate_fracture(fracture, path) for fracture in fractures]
     names = [fr.name for fr in fractures]
     if len(set(names)) != len(names):
         raise DataValidationError(f"{where(path)}: duplicate fracture names in {names}")
-    for fracture in fractures:
-        validate_fracture(fracture, path)
-        if layout == "original":
+    if layout == "original":
+        for fracture in fractures:
             check_original_layout(fracture, path)
+    _check_root_attributes(path, attrs or {})
     with atomic_hdf5(path) as f:
         if layout == "original":
             for fr in fractures:
@@ -786,7 +950,28 @@ def write_fractures(
                 g.attrs["inlet_pressure"] = float(fr.inlet_pressure)
                 g.attrs["outlet_pressure"] = float(fr.outlet_pressure)
                 g.attrs["flow_axis"] = fr.flow_axis
-                g.attrs["provenance"] = json.dumps(fr.provenance, sort_keys=True)
+                g.attrs["provenance"] = provenance_json(fr.provenance, path, fr.name)
+
+
+def _check_root_attributes(path: str | os.PathLike, attrs: Mapping[str, Any]) -> None:
+    """Raise :class:`DataValidationError` for a root attribute the writer may not store: one it sets itself
+    (:data:`RESERVED_ROOT_ATTRS`), a name that is not text, or a value HDF5 stores as no text or numbers (a dict:
+    give it as JSON text, as ``recipe`` is)."""
+    if not isinstance(attrs, Mapping):
+        raise DataValidationError(
+            f"{where(path)}: attrs must be a dict of root attributes, got {shown(attrs)}"
+        )
+    for key, value in attrs.items():
+        if not isinstance(key, str) or not key or key in RESERVED_ROOT_ATTRS:
+            raise DataValidationError(
+                f"{where(path)}: root attribute {shown(key)} cannot be given; expected non-empty text other than "
+                f"{', '.join(RESERVED_ROOT_ATTRS)}, which the writer sets"
+            )
+        if not (isinstance(value, str | bytes) or np.asarray(value).dtype.kind in "biuf"):
+            raise DataValidationError(
+                f"{where(path)}: root attribute '{key}' is {shown(value)}; expected text or numbers (a record as "
+                "JSON text: json.dumps(...))"
+            )
 
 
 def check_original_layout(fracture: Fracture, path: str | os.PathLike) -> None:
@@ -840,6 +1025,15 @@ def _left_out_by_original(fractures: Sequence[Fracture], attrs: dict[str, Any]) 
     return left_out + (["float64 precision (it stores float32)"] if wide else [])
 
 
+def same_file(one: str | os.PathLike, other: str | os.PathLike) -> bool:
+    """Whether the paths ``one`` and ``other`` name one file, however named (``./a.h5``, a symbolic link, a hard
+    link): where writing one would replace the other."""
+    try:
+        return Path(one).resolve() == Path(other).resolve() or os.path.samefile(one, other)
+    except OSError:  # one of them absent: not the same existing file
+        return False
+
+
 def convert(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -854,9 +1048,14 @@ def convert(
     rate, walls, provenance, recipe, float64) is left out, and ``note`` is given one line naming it, once ``dst``
     is written. Refusing those too would refuse every file ``flowlearn generate`` writes, and with it the original
     layout, whose readers (the original work's) use the aperture and reference pressure alone, which are kept.
+    ``dst`` may not be ``src`` (:func:`same_file`), which writing would replace before it was read in full.
 
     Returns the number of fractures written.
     """
+    check_path(src, "src")
+    check_path(dst, "dst")
+    if same_file(src, dst):
+        raise DataValidationError(f"dst {dst} is the input src {src} (one file): give a new file")
     fractures = read_fractures(src)
     attrs = _root_attributes(src)
     left_out = []
