@@ -34,8 +34,8 @@ def _edge_flows(
 ) -> tuple[torch.Tensor, np.ndarray, bool]:
     """The flows T_e (h_a - h_b) (B, E') along the edges ``select(layout)`` picks (indices into the layout of
     log_k's form), those indices, and whether log_k is unbatched."""
-    unbatched = tuple(log_k.shape) == problem.grid.shape
     target, values = system_field(log_k, problem)
+    unbatched = tuple(log_k.shape) == problem.grid.shape
     layout = target.layout
     edges = select(layout)
     index = torch.as_tensor(edges, device=values.device)

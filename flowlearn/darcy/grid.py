@@ -17,6 +17,8 @@ each node first its +x neighbour, then +y, then +z.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeVar
@@ -24,9 +26,37 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from flowlearn.checks import available_memory, shown
 from flowlearn.errors import ProblemError
 
 ArrayOrTensor = TypeVar("ArrayOrTensor", np.ndarray, torch.Tensor)
+
+# Peak memory of building a grid's edge table (edges, areas over lengths, axes), bytes per node and axis: the
+# largest array a grid makes, measured with tracemalloc (170 bytes a node at 1000 x 1000, 250 at 100^3).
+EDGE_TABLE_BYTES = 85
+
+
+def check_argument(ok: bool, name: str, expected: str, value: object) -> None:
+    """Raise :class:`ProblemError` ``"<name> must be <expected>, got <value>"`` unless ``ok``."""
+    if not ok:
+        raise ProblemError(f"{name} must be {expected}, got {shown(value)}")
+
+
+def is_real(value: object) -> bool:
+    """Whether ``value`` is a finite real number: a Python or numpy int or float, not a bool."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
+        return False
+    return isinstance(value, numbers.Integral) or math.isfinite(value)  # an int beyond float64 is finite too
+
+
+def _sequence(value: object, integers: bool = False) -> bool:
+    """Whether ``value`` is a tuple, list or 1-D array of finite real numbers (of integers, with ``integers``)."""
+    kind = numbers.Integral if integers else numbers.Real
+    return (
+        isinstance(value, tuple | list | np.ndarray)
+        and np.ndim(value) == 1
+        and all(isinstance(v, kind) and is_real(v) for v in value)
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,9 +66,13 @@ class Grid:
     Args:
         mins: Lower corner, DPFEHM order ``(x, y)`` or ``(x, y, z)``, metres.
         maxs: Upper corner, same order, metres.
-        ns: Node counts, DPFEHM order ``(nx, ny)`` or ``(nx, ny, nz)``; each at least 1 and at least 2 along any
-            axis with ``max > min``.
-        thickness: Out-of-plane thickness dz of a 2D grid, metres (ignored in 3D).
+        ns: Node counts, DPFEHM order ``(nx, ny)`` or ``(nx, ny, nz)``; integers, each at least 1 and at least 2
+            along any axis with ``max > min``.
+        thickness: Out-of-plane thickness dz of a 2D grid, metres, > 0 (ignored in 3D).
+
+    Raises:
+        ProblemError: an argument of the wrong type or out of its range (naming it), or a grid whose edges need
+            more memory than the machine has available (before anything is allocated).
     """
 
     mins: tuple[float, ...]
@@ -47,9 +81,29 @@ class Grid:
     thickness: float = 1.0
 
     def __post_init__(self) -> None:
+        # Types first: int(2.7) would truncate a node count, and float("x") or a scalar fail in numpy's words.
+        check_argument(
+            _sequence(self.mins), "grid corner mins", "a tuple of finite numbers (x, y[, z])", self.mins
+        )
+        check_argument(
+            _sequence(self.maxs), "grid corner maxs", "a tuple of finite numbers (x, y[, z])", self.maxs
+        )
+        check_argument(
+            _sequence(self.ns, integers=True),
+            "grid node counts ns",
+            "a tuple of integers (nx, ny[, nz])",
+            self.ns,
+        )
+        check_argument(
+            is_real(self.thickness) and self.thickness > 0,
+            "grid thickness",
+            "a finite number > 0 (metres)",
+            self.thickness,
+        )
         object.__setattr__(self, "mins", tuple(float(v) for v in self.mins))
         object.__setattr__(self, "maxs", tuple(float(v) for v in self.maxs))
         object.__setattr__(self, "ns", tuple(int(v) for v in self.ns))
+        object.__setattr__(self, "thickness", float(self.thickness))
         dim = len(self.ns)
         if dim not in (2, 3) or len(self.mins) != dim or len(self.maxs) != dim:
             raise ProblemError(
@@ -61,21 +115,35 @@ class Grid:
                 f"the grid is empty: node counts ns={self.ns} (DPFEHM order x, y[, z]) must be >= 1"
             )
         for axis, (lo, hi, n) in enumerate(zip(self.mins, self.maxs, self.ns)):
-            if not (np.isfinite(lo) and np.isfinite(hi)) or hi < lo or (n > 1 and hi == lo):
+            if hi < lo or (n > 1 and hi == lo):
                 raise ProblemError(
                     f"grid axis {'xyz'[axis]}: need min < max, got min={lo}, max={hi} for {n} nodes"
                 )
-        if not np.isfinite(self.thickness) or self.thickness <= 0:
-            raise ProblemError(f"grid thickness must be positive and finite, got {self.thickness}")
+        # Refused before anything is allocated: numpy would fail in the middle of the edge table (a MemoryError
+        # for terabytes), or swap the machine to a halt for a little more than it has.
+        nodes = math.prod(self.ns)
+        needed, memory = EDGE_TABLE_BYTES * dim * nodes, available_memory()
+        if needed > memory:
+            raise ProblemError(
+                f"a grid of {nodes:.3g} nodes (ns={self.ns}) needs about {needed / 2**30:.3g} GiB for its edges, "
+                f"more than the {memory / 2**30:.3g} GiB available"
+            )
 
     @classmethod
     def from_image(cls, shape: tuple[int, ...], spacing: float = 1.0, thickness: float = 1.0) -> Grid:
-        """The grid of an image of ``shape`` (H, W) or (D, H, W) with pixel size ``spacing``.
+        """The grid of an image of ``shape`` (H, W) or (D, H, W) with pixel size ``spacing`` (metres, > 0).
 
         Following the original fracture setup, the domain spans ``[0, W*spacing] x [0, H*spacing]`` (and
         ``D*spacing`` in z) with one node per pixel, so the node spacing is ``W*spacing/(W-1)`` along x.
         """
-        ns = tuple(reversed(shape))
+        check_argument(
+            _sequence(shape, integers=True), "image shape", "a tuple of integers (H, W) or (D, H, W)", shape
+        )
+        # A string would repeat (8 * "x"), a negative or zero one give a grid without extent.
+        check_argument(
+            is_real(spacing) and spacing > 0, "pixel size", "a finite number > 0 (metres)", spacing
+        )
+        ns = tuple(reversed(tuple(shape)))
         return cls(mins=(0.0,) * len(ns), maxs=tuple(n * spacing for n in ns), ns=ns, thickness=thickness)
 
     @property
@@ -155,7 +223,7 @@ class Grid:
 
     def to_nodes(self, image: ArrayOrTensor) -> ArrayOrTensor:
         """Image layout ``(..., *shape)`` -> node order ``(..., num_nodes)`` (numpy array or torch tensor)."""
-        self._check_trailing(image.shape, self.shape, "image")
+        self._check_trailing(image, self.shape, "image")
         lead = image.ndim - self.dim
         order = (*range(lead), *reversed(range(lead, image.ndim)))
         if isinstance(image, torch.Tensor):
@@ -164,7 +232,7 @@ class Grid:
 
     def to_image(self, nodes: ArrayOrTensor) -> ArrayOrTensor:
         """Node order ``(..., num_nodes)`` -> image layout ``(..., *shape)`` (numpy array or torch tensor)."""
-        self._check_trailing(nodes.shape, (self.num_nodes,), "node vector")
+        self._check_trailing(nodes, (self.num_nodes,), "node vector")
         lead = nodes.ndim - 1
         order = (*range(lead), *reversed(range(lead, lead + self.dim)))
         if isinstance(nodes, torch.Tensor):
@@ -172,6 +240,10 @@ class Grid:
         return np.transpose(nodes.reshape(*nodes.shape[:lead], *self.ns), order)
 
     @staticmethod
-    def _check_trailing(shape: tuple[int, ...], expected: tuple[int, ...], what: str) -> None:
+    def _check_trailing(array: np.ndarray | torch.Tensor, expected: tuple[int, ...], what: str) -> None:
+        """Raise :class:`ProblemError` unless ``array`` is an array or tensor whose shape ends in ``expected``."""
+        if not isinstance(array, np.ndarray | torch.Tensor):
+            raise ProblemError(f"{what} must be a numpy array or torch tensor, got {type(array).__name__}")
+        shape = array.shape
         if tuple(shape[len(shape) - len(expected) :]) != tuple(expected) or len(shape) < len(expected):
             raise ProblemError(f"{what} of shape {tuple(shape)} does not end in the grid's shape {expected}")

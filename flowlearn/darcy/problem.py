@@ -17,9 +17,9 @@ from functools import cached_property
 import numpy as np
 from scipy import ndimage
 
-from flowlearn.checks import nonfinite
+from flowlearn.checks import nonfinite, shown
 from flowlearn.darcy.assembly import SystemLayout
-from flowlearn.darcy.grid import Grid
+from flowlearn.darcy.grid import Grid, check_argument, is_real
 from flowlearn.errors import DisconnectedRegionError, ProblemError
 
 _MAX_LISTED_REGIONS = 5
@@ -40,7 +40,9 @@ class DarcyProblem:
             :class:`DisconnectedRegionError`.
 
     Raises:
-        ProblemError: for a wrong shape, non-finite values, no active Dirichlet node or no free node.
+        ProblemError: for an argument of the wrong type (a grid that is not a :class:`Grid`, heads or sources that
+            are not numbers, a non-bool ``drop_unconnected``), a wrong shape, non-finite values, no active
+            Dirichlet node or no free node.
         DisconnectedRegionError: for active regions with no path to a Dirichlet node (unless dropped).
     """
 
@@ -53,6 +55,15 @@ class DarcyProblem:
         active: np.ndarray | None = None,
         drop_unconnected: bool = False,
     ) -> None:
+        if not isinstance(grid, Grid):
+            raise ProblemError(
+                f"grid must be a Grid, got {type(grid).__name__} (make one with Grid.from_image(shape), or the "
+                "fracture setup with DarcyProblem.fracture(shape))"
+            )
+        # A string is truthy: "no" would drop the regions it was meant to refuse.
+        check_argument(
+            isinstance(drop_unconnected, bool), "drop_unconnected", "True or False", drop_unconnected
+        )
         self.grid = grid
         shape = grid.shape
         self.active = _image_field(active, shape, "active", bool, default=True)
@@ -106,6 +117,8 @@ class DarcyProblem:
         y, so a non-square map's flow rate differs from that of square voxels by (H/(H-1))·((W-1)/W): 1 for a
         square map, 1.0004 for the original 256 x 260.
         """
+        for name, head in (("inlet", inlet), ("outlet", outlet)):
+            check_argument(is_real(head), f"{name} head", "a finite number (metres)", head)
         grid = Grid.from_image(shape, spacing=pixel_size, thickness=thickness)
         dirichlet = np.zeros(shape, dtype=bool)
         dirichlet[..., 0] = dirichlet[..., -1] = True
@@ -196,9 +209,16 @@ class DarcyProblem:
 
 
 def _image_field(value, shape: tuple[int, ...], name: str, dtype, default) -> np.ndarray:
+    """``value`` as an array of ``shape`` and ``dtype`` (bool or float64): ``default`` where None, a scalar
+    broadcast; :class:`ProblemError` for another shape, or values that are not booleans (for a mask) or real
+    numbers (for heads and sources)."""
     if value is None:
         return np.full(shape, default, dtype=dtype)
     array = np.asarray(value)
+    # A string converts to float ("2"), or fails in numpy's words ("could not convert string to float").
+    if dtype is not bool and array.dtype.kind not in "iuf":
+        got = shown(value) if array.ndim == 0 else f"dtype {array.dtype}"
+        raise ProblemError(f"{name} must be real numbers, got {got}")
     if array.ndim == 0:
         return np.full(shape, array, dtype=dtype)
     if array.shape != tuple(shape):

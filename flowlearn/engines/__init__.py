@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 from typing import Any
 
 from flowlearn.engines.base import ROLES, Engine, SolveStats
-from flowlearn.errors import SolveInputError
+from flowlearn.errors import ConfigError, SolveInputError
 
 # name -> "module:class", imported on first use.
 ENGINES: dict[str, str] = {
@@ -41,13 +42,27 @@ def cholmod_available() -> bool:
 
 
 def engine_class(name: str) -> type[Engine]:
-    """The engine class registered under ``name`` (``"auto"`` resolved); ValueError for an unknown name."""
+    """The engine class registered under ``name`` (``"auto"`` resolved); :class:`ConfigError` for an unknown name."""
     if name == "auto":
         name = "cholmod" if cholmod_available() else "superlu"
-    if name not in ENGINES:
-        raise ValueError(f"unknown solver {name!r}; choose one of {list(NAMES)}")
+    if not isinstance(name, str) or name not in ENGINES:
+        raise ConfigError(f"unknown solver {name!r}; choose one of {list(NAMES)}")
     module, cls = ENGINES[name].split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def engine_options(cls: type[Engine]) -> list[str]:
+    """The keyword options of the engine class ``cls``: its constructor's, and those of the base classes it passes
+    its other keywords on to (``**options``)."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = list(inspect.signature(vars(klass)["__init__"]).parameters.values())[1:]  # after self
+        names += [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return names
 
 
 def make_engine(name: str = "auto", **options: Any) -> Engine:
@@ -55,10 +70,15 @@ def make_engine(name: str = "auto", **options: Any) -> Engine:
     instantiate.
 
     Raises:
-        ValueError: an unknown name.
+        ConfigError: an unknown name or option, or an option out of its range (naming it).
         UnavailableError: the backend cannot run here (no scikit-sparse, GPU or Julia); the message says why.
     """
-    return engine_class(name)(**options)
+    cls = engine_class(name)
+    known = engine_options(cls)
+    unknown = [option for option in options if option not in known]
+    if unknown:
+        raise ConfigError(f"{cls.name} takes no option {unknown[0]!r} (options: {', '.join(known)})")
+    return cls(**options)
 
 
 def get_engine(solver: str | Engine | None = None) -> Engine:
@@ -76,4 +96,14 @@ def get_engine(solver: str | Engine | None = None) -> Engine:
     return _SHARED[name]
 
 
-__all__ = ["ENGINES", "NAMES", "ROLES", "Engine", "SolveStats", "engine_class", "get_engine", "make_engine"]
+__all__ = [
+    "ENGINES",
+    "NAMES",
+    "ROLES",
+    "Engine",
+    "SolveStats",
+    "engine_class",
+    "engine_options",
+    "get_engine",
+    "make_engine",
+]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from flowlearn.checks import check_setting, is_integer, is_number
 from flowlearn.runtime import solve_done
 
 if TYPE_CHECKING:
@@ -36,6 +37,38 @@ if TYPE_CHECKING:
 # What a solve is for; ONE_OFF: a matrix that will not come back (see above).
 ONE_OFF = "one-off"
 ROLES = ("state", "adjoint", "tangent", ONE_OFF)
+# The tightest relative tolerance an engine accepts: float64 resolves relative differences of 2.2e-16, so no solve
+# reaches a tolerance much below it (AMG with rtol=1e-300 ran to its iteration limit, after the first batch).
+FINEST_TOLERANCE = 1e-15
+
+
+def check_tolerance(value: object, option: str) -> None:
+    """Raise :class:`~flowlearn.errors.SettingError` for the engine option ``option`` unless ``value`` is a relative
+    tolerance a solve can reach: a number in [:data:`FINEST_TOLERANCE`, 1)."""
+    check_setting(
+        is_number(value) and FINEST_TOLERANCE <= value < 1,
+        option,
+        f"must lie in (0, 1), at least {FINEST_TOLERANCE:g} (float64's resolution: no solve reaches a tighter one)",
+        value,
+    )
+
+
+def check_count(value: object, option: str, low: int = 0, none: bool = False) -> None:
+    """Raise :class:`~flowlearn.errors.SettingError` for the engine option ``option`` unless ``value`` is an integer
+    >= ``low`` (0 or 1), or None where ``none`` allows it (an option that None switches off)."""
+    expected = "a positive integer" if low == 1 else f"an integer >= {low}"
+    check_setting(
+        (none and value is None) or (is_integer(value) and value >= low),
+        option,
+        f"must be {'None or ' if none else ''}{expected}",
+        value,
+    )
+
+
+def check_flag(value: object, option: str) -> None:
+    """Raise :class:`~flowlearn.errors.SettingError` for the engine option ``option`` unless ``value`` is a bool: a
+    string such as "no" would otherwise switch the option on."""
+    check_setting(isinstance(value, bool), option, "must be True or False", value)
 
 
 @dataclass

@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from flowlearn.engines import cholmod_available
+from flowlearn.engines.base import check_count, check_flag
 from flowlearn.engines.factor import FactorEngine
 from flowlearn.engines.inverse import Factor
 from flowlearn.engines.multigrid import one_off_hierarchy
@@ -86,8 +87,8 @@ class CholmodEngine(FactorEngine):
       where a single factorisation dominates, ``nesdis`` gains nothing and its analysis takes 25% longer.
 
     Args:
-        simplicial_limit: Most unknowns whose factors are solved as a simplicial LDL^T.
-        tree_solve_unknowns: Fewest unknowns whose factors are solved on all cores (None: never).
+        simplicial_limit: Most unknowns whose factors are solved as a simplicial LDL^T, an integer >= 0.
+        tree_solve_unknowns: Fewest unknowns whose factors are solved on all cores, an integer >= 0 (None: never).
         quick_one_offs: Factor a matrix not expected to be reused after the quick analysis (False: always the
             thorough one).
         **options: Reuse and tolerance options of :class:`~flowlearn.engines.factor.FactorEngine`.
@@ -108,6 +109,9 @@ class CholmodEngine(FactorEngine):
         **options: Any,
     ) -> None:
         super().__init__(**options)
+        check_count(simplicial_limit, "simplicial_limit")
+        check_count(tree_solve_unknowns, "tree_solve_unknowns", none=True)
+        check_flag(quick_one_offs, "quick_one_offs")
         if not cholmod_available():
             raise UnavailableError(
                 "solver 'cholmod' needs scikit-sparse: apt-get install libsuitesparse-dev libopenblas-dev, then "

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from flowlearn.bridge.julia import runtime
-from flowlearn.engines.base import Engine
+from flowlearn.engines.base import Engine, check_count, check_tolerance
 from flowlearn.errors import ForeignError, JuliaUnavailableError
 
 if TYPE_CHECKING:
@@ -36,11 +36,13 @@ class DPFEHMEngine(Engine):
     middle of training. Tensors may live on any device: they are solved on the host and returned on theirs.
 
     Args:
-        reltol: Relative residual to which DPFEHM's algebraic multigrid solves.
+        reltol: Relative residual to which DPFEHM's algebraic multigrid solves, in
+            [:data:`~flowlearn.engines.base.FINEST_TOLERANCE`, 1).
         maxiter: Multigrid iteration limit; a solve that stops there without meeting ``reltol`` raises
             (DPFEHM itself would return silently).
 
     Raises:
+        SettingError: an option out of its range, before Julia starts.
         JuliaUnavailableError: Julia, juliacall or the DPFEHMBridge package is not available; the message says
             how to install them.
     """
@@ -50,6 +52,8 @@ class DPFEHMEngine(Engine):
 
     def __init__(self, reltol: float = 1e-12, maxiter: int = 1000) -> None:
         super().__init__()
+        check_tolerance(reltol, "reltol")
+        check_count(maxiter, "maxiter", low=1)
         if not (BRIDGE_PACKAGE / "Project.toml").is_file():
             raise JuliaUnavailableError(
                 f"solver=julia needs Julia and the DPFEHMBridge package, which a flowlearn source checkout keeps "
@@ -57,7 +61,7 @@ class DPFEHMEngine(Engine):
                 "pip install -e '.[julia]'."
             )
         self._julia = runtime("solver=julia")
-        self.reltol, self.maxiter = float(reltol), int(maxiter)
+        self.reltol, self.maxiter = float(reltol), maxiter
         try:
             with self._julia.lock:
                 self._bridge = self._julia.juliacall.Main.seval("import DPFEHMBridge; DPFEHMBridge")

@@ -51,8 +51,8 @@ import scipy.sparse as sp
 import torch
 from numba import njit, prange
 
-from flowlearn.checks import is_integer
-from flowlearn.engines.base import ONE_OFF, Engine
+from flowlearn.checks import check_setting, is_number
+from flowlearn.engines.base import ONE_OFF, Engine, check_count, check_flag, check_tolerance
 from flowlearn.engines.inverse import Factor
 from flowlearn.engines.pcg import symmetric_product
 from flowlearn.errors import ConvergenceError
@@ -114,7 +114,8 @@ class FactorEngine(Engine):
     of :func:`flowlearn.engines.multigrid.one_off_hierarchy`); without one every matrix is factorised.
 
     Args:
-        rtol: Relative energy-norm error at which CG stops (direct solves are exact to round-off).
+        rtol: Relative energy-norm error at which CG stops (direct solves are exact to round-off), in
+            [:data:`~flowlearn.engines.base.FINEST_TOLERANCE`, 1).
         reuse: Reuse old factors as preconditioners and old solutions as warm starts. With False every matrix
             is factored afresh (the adjoint solve still reuses the forward factor).
         max_change: Largest relative change of any matrix entry for which an old factor is tried as a
@@ -140,18 +141,14 @@ class FactorEngine(Engine):
         multigrid_unknowns: int | None = 3_000,
     ) -> None:
         super().__init__()
-        if not 0 < rtol < 1:
-            raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
-        if not 0 < max_change < 1:
-            raise ValueError(f"max_change must lie in (0, 1), got {max_change}")
-        if not is_integer(max_iter) or max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
-        if reuse_budget is not None and (not is_integer(reuse_budget) or reuse_budget < 0):
-            raise ValueError(f"reuse_budget must be None or an integer >= 0, got {reuse_budget!r}")
-        if multigrid_unknowns is not None and (not is_integer(multigrid_unknowns) or multigrid_unknowns < 0):
-            raise ValueError(
-                f"multigrid_unknowns must be None or an integer >= 0, got {multigrid_unknowns!r}"
-            )
+        check_tolerance(rtol, "rtol")
+        check_flag(reuse, "reuse")
+        check_setting(
+            is_number(max_change) and 0 < max_change < 1, "max_change", "must lie in (0, 1)", max_change
+        )
+        check_count(max_iter, "max_iter", low=1)
+        check_count(reuse_budget, "reuse_budget", none=True)
+        check_count(multigrid_unknowns, "multigrid_unknowns", none=True)
         self.rtol, self.reuse, self.max_change = rtol, reuse, max_change
         self.max_iter, self.reuse_budget = max_iter, reuse_budget
         self.multigrid_unknowns = multigrid_unknowns

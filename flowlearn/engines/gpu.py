@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from flowlearn.checks import is_integer
-from flowlearn.engines.base import Engine
+from flowlearn.checks import check_setting, is_number
+from flowlearn.engines.base import Engine, check_count, check_flag, check_tolerance
 from flowlearn.engines.pcg import batched_pcg
-from flowlearn.errors import ConvergenceError, GPUUnavailableError
+from flowlearn.errors import ConfigError, ConvergenceError, GPUUnavailableError, SettingError
 from flowlearn.sparse import diagonal_positions
 
 if TYPE_CHECKING:
@@ -264,14 +264,16 @@ class GPUEngine(Engine):
             the next new matrix factorised afresh.
         device: The CUDA device. ``"cpu"`` is accepted with ``method="pcg"``: the same torch code then runs on
             the CPU, which checks this path without a GPU (the factorising CPU engines are much faster there).
-        rtol: Relative energy-norm error at which PCG stops (direct solves are exact to round-off).
+        rtol: Relative energy-norm error at which PCG stops (direct solves are exact to round-off), in
+            [:data:`~flowlearn.engines.base.FINEST_TOLERANCE`, 1).
         max_iter: PCG iteration limit; missing it raises :class:`~flowlearn.errors.ConvergenceError`.
         reuse: Warm-start PCG from each role's last solution.
         memory_fraction: Share of the free device memory that cuDSS's peak estimate may take under ``auto``.
 
     Raises:
         GPUUnavailableError: no CUDA device, or (for ``auto``/``direct``) no nvmath-python with cuDSS.
-        ValueError: an unknown method or preconditioner, or a CPU device with anything but Jacobi PCG.
+        ConfigError: an option out of its range (:class:`~flowlearn.errors.SettingError`, naming it), an unknown
+            method or preconditioner, or a CPU device with anything but Jacobi PCG.
     """
 
     name = "gpu"
@@ -289,29 +291,37 @@ class GPUEngine(Engine):
     ) -> None:
         super().__init__()
         if method not in METHODS:
-            raise ValueError(f"unknown GPU solve method {method!r}; choose one of {list(METHODS)}")
+            raise ConfigError(f"unknown GPU solve method {method!r}; choose one of {list(METHODS)}")
         if preconditioner not in PRECONDITIONERS:
-            raise ValueError(
+            raise ConfigError(
                 f"unknown PCG preconditioner {preconditioner!r}; choose one of {list(PRECONDITIONERS)}"
             )
         if preconditioner == "factor" and method != "pcg":
-            raise ValueError(f"preconditioner='factor' is PCG's; method={method!r} does not iterate")
-        if not 0 < rtol < 1:
-            raise ValueError(f"rtol must lie in (0, 1), got {rtol}")
-        if not is_integer(max_iter) or max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
-        if not is_integer(refactor_iterations) or refactor_iterations < 1:
-            raise ValueError(f"refactor_iterations must be a positive integer, got {refactor_iterations!r}")
-        if not 0 < memory_fraction <= 1:
-            raise ValueError(f"memory_fraction must lie in (0, 1], got {memory_fraction}")
+            raise ConfigError(f"preconditioner='factor' is PCG's; method={method!r} does not iterate")
+        check_tolerance(rtol, "rtol")
+        check_count(max_iter, "max_iter", low=1)
+        check_count(refactor_iterations, "refactor_iterations", low=1)
+        check_flag(reuse, "reuse")
+        check_setting(
+            is_number(memory_fraction) and 0 < memory_fraction <= 1,
+            "memory_fraction",
+            "must lie in (0, 1]",
+            memory_fraction,
+        )
         self.method, self.rtol, self.max_iter, self.reuse = method, rtol, max_iter, reuse
         self.memory_fraction = memory_fraction
         self.preconditioner, self.refactor_iterations = preconditioner, refactor_iterations
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise SettingError(
+                "device",
+                f"must be a CUDA device such as 'cuda' or 'cuda:1' (or 'cpu' for method='pcg'), got {device!r}",
+            ) from None
         factorises = method != "pcg" or preconditioner == "factor"
         if device.type == "cpu":
             if factorises:
-                raise ValueError(
+                raise ConfigError(
                     f"GPUEngine(method={method!r}, preconditioner={preconditioner!r}) factorises with cuDSS, "
                     "which runs on CUDA devices only; device='cpu' is for method='pcg' with the Jacobi "
                     "preconditioner"
@@ -327,7 +337,7 @@ class GPUEngine(Engine):
                 "cuda", torch.cuda.current_device() if device.index is None else device.index
             )
         else:
-            raise ValueError(f"GPUEngine runs on a CUDA device, got device {device}")
+            raise ConfigError(f"GPUEngine runs on a CUDA device, got device {device}")
         self.device = device
         self._advanced = _load_cudss() if factorises else None
 
