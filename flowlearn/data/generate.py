@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from flowlearn.checks import (
     available_memory,
+    check_cores,
     check_map_shape,
     check_setting,
     check_voxel_size,
@@ -34,7 +35,14 @@ from flowlearn.checks import (
 )
 from flowlearn.data.convergence import refinement_change
 from flowlearn.data.departure import lcl_flow_rate
-from flowlearn.data.lbm import LBMSettings, least_box_bytes, library_versions, pick_target, simulate
+from flowlearn.data.lbm import (
+    DEPTH_QUANTUM,
+    LBMSettings,
+    least_box_bytes,
+    library_versions,
+    pick_target,
+    simulate,
+)
 from flowlearn.data.recipes import Published, Recipe
 from flowlearn.data.refinement import measured_convergence
 from flowlearn.data.roughness import RoughFracture, geometry_stats
@@ -107,18 +115,44 @@ class DatasetConfig:
             "must be > 0",
             self.mean_aperture,
         )
-        memory = available_memory()
-        needed = least_box_bytes(shape, self.mean_aperture, self.lbm.reservoir)
-        fitting = shape[0] * shape[1] * memory / needed  # pixels of a map whose box fills the memory
-        check_setting(
-            needed <= memory,
-            "shape",
-            f"needs at least {needed / 2**30:.3g} GiB for each fracture's LBM, more than the {memory / 2**30:.3g} GiB "
-            f"this machine has available: H x W must stay below about {fitting:.3g} pixels at this mean aperture",
-            self.shape,
-        )
+        self._check_box_memory(shape)
         # Both ends of every range must make valid fractures; checked before any simulation runs.
         self.recipe.check(shape, self.mean_aperture)
+
+    def _check_box_memory(self, shape: tuple[int, int]) -> None:
+        """Raise :class:`SettingError` where the LBM box of a fracture would not fit in the memory this machine
+        has available, for the setting at fault (the map's shape, the mean aperture or the reservoirs, whichever
+        alone makes it too large), naming all three with their values and the largest value of it that fits."""
+        memory, reservoir, aperture = available_memory(), self.lbm.reservoir, self.mean_aperture
+        needed = least_box_bytes(shape, aperture, reservoir)
+        if needed <= memory:
+            return
+        # Bytes of one column of the box at this aperture, and of one quantum of depth of the whole box.
+        column = least_box_bytes((shape[0], 1), aperture, 0)
+        quantum = least_box_bytes(shape, DEPTH_QUANTUM, reservoir)
+        if least_box_bytes(shape, aperture, 0) <= memory:
+            field, value = "reservoir", reservoir
+            advice = f"use a reservoir of at most {(memory // column - shape[1]) // 2} columns"
+        elif least_box_bytes(shape, 0, reservoir) <= memory:
+            field, value = "mean_aperture", aperture
+            fitting = DEPTH_QUANTUM * (memory // quantum)
+            advice = f"the mean aperture must stay below about {fitting} voxels on this map"
+        elif least_box_bytes(shape, 0, 0) <= memory:
+            field, value = "mean_aperture", aperture
+            advice = (
+                "lower the mean aperture and the reservoirs, each of which alone is too large for this map"
+            )
+        else:
+            field, value = "shape", self.shape
+            fitting = shape[0] * shape[1] * memory / needed  # pixels of a map whose box fills the memory
+            advice = f"H x W must stay below about {fitting:.3g} pixels at this mean aperture"
+        raise SettingError(
+            field,
+            f"needs at least {needed / 2**30:.3g} GiB for each fracture's LBM, more than the "
+            f"{memory / 2**30:.3g} GiB this machine has available (a box of the {shape[0]}x{shape[1]} map, its "
+            f"mean aperture of {aperture:g} voxels and reservoirs of {reservoir} columns at each end): {advice}, "
+            f"got {value!r}",
+        )
 
     def draws(self, index: int) -> dict[str, float]:
         """The roughness settings fracture ``index`` draws from the recipe's ranges."""
@@ -244,8 +278,10 @@ def make_parts(
     check_setting(is_integer(processes) and processes >= 1, "processes", "must be an integer >= 1", processes)
     processes = max(1, min(processes, len(indices)))
     parts = parts_folder(path)
+    from flowlearn.threads import usable_cores  # numba: only where fractures are made
+
     # The cores are shared between processes, unless the user gave each a thread count.
-    threads = config.lbm.threads or max(1, (os.cpu_count() or 1) // processes)
+    threads = config.lbm.threads or max(1, usable_cores() // processes)
     lbm = replace(config.lbm, threads=threads)
     bar = tqdm(total=len(indices), desc="fractures", disable=not progress)
     with bar:
@@ -311,6 +347,8 @@ def generate_dataset(
     recomputed. Returns :func:`summarize_generation`'s summary.
     """
     check_setting(is_integer(processes) and processes >= 1, "processes", "must be an integer >= 1", processes)
+    # Here, before the parts folder is made: each simulation would refuse them too, in its worker.
+    check_cores("threads", config.lbm.threads)
     start = time.perf_counter()
     todo = prepare_parts(config, path)
     make_parts(config, path, todo, processes, progress)

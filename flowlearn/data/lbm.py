@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
-import os
 import platform
 import shutil
 import time
@@ -39,9 +38,9 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from flowlearn.checks import check_setting, is_integer, is_number
-from flowlearn.data.voxels import ReferenceFlow, active_cells, add_reservoirs, gap_pressure
-from flowlearn.errors import ReferenceConvergenceError, UnavailableError
+from flowlearn.checks import available_memory, check_cores, check_setting, is_integer, is_number
+from flowlearn.data.voxels import ReferenceFlow, active_cells, add_reservoirs, check_fluid, gap_pressure
+from flowlearn.errors import ProblemError, ReferenceConvergenceError, UnavailableError
 
 CS2 = 1.0 / 3.0  # squared lattice speed of sound: p = cs² ρ in lattice units
 # The largest density drop a run may be driven by. The LBM is a weakly compressible fluid, a model of Stokes flow
@@ -65,7 +64,8 @@ class LBMSettings:
         check_interval: steps between convergence checks.
         max_steps: the run fails with :class:`ReferenceConvergenceError` when not steady after this many steps.
         target: "cpu", "gpu" or "auto" (GPU when cupy sees a CUDA device).
-        threads: OpenMP threads on the CPU; None uses every core.
+        threads: OpenMP threads on the CPU, at most the cores of the process that runs the simulation (checked
+            there, not here: a SLURM job's settings are made on another machine); None uses every core.
         reservoir: columns of open fluid (the full depth of the box) added before the inlet and after the
             outlet face. The anti-bounce-back pressure condition disturbs the pressure in the first few
             columns next to it; the reservoirs keep that disturbance out of the fracture.
@@ -252,6 +252,25 @@ def least_box_bytes(shape: tuple[int, int], depth: float, reservoir: int) -> int
     return 2 * height * (width + 2 * reservoir) * depth * BYTES_PER_CELL
 
 
+def check_box_memory(shape: tuple[int, int, int], reservoir: int) -> None:
+    """Raise :class:`ProblemError` where the run of a fluid box of ``shape`` (H, W, D) voxels with
+    ``reservoir`` columns at each end would need more memory than this machine has available
+    (:func:`least_box_bytes`), naming each size, and the largest reservoir that fits where a smaller one would
+    do."""
+    height, width, depth = shape
+    needed, memory = least_box_bytes((height, width), depth, reservoir), available_memory()
+    if needed <= memory:
+        return
+    advice = "solve a smaller map or a thinner gap"
+    if least_box_bytes((height, width), depth, 0) <= memory:
+        column_bytes = least_box_bytes((height, 1), depth, 0)
+        advice = f"use a reservoir of at most {(memory // column_bytes - width) // 2} columns"
+    raise ProblemError(
+        f"the LBM box of this {height}x{width}x{depth}-voxel map with reservoirs of {reservoir} columns at each "
+        f"end needs {needed / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB available: {advice}"
+    )
+
+
 # Depths of the box are rounded up to a multiple of this (with solid), so that fractures of one dataset share a few
 # box shapes, and so the compiled time step (see _step_for).
 DEPTH_QUANTUM = 8
@@ -265,7 +284,9 @@ _KEPT_STEPS = 4
 
 def _step_for(shape: tuple[int, int, int], settings: LBMSettings, device: str):
     """The lbmpy time step of a box of ``shape`` (H, W, D) cells, periodic in y, built once per process."""
-    threads = settings.threads or os.cpu_count()
+    from flowlearn.threads import usable_cores  # numba: only where a run starts
+
+    threads = settings.threads or usable_cores()
     key = (shape, settings.omega, settings.magic, settings.density_drop, threads, device)
     if key in _STEPS:
         _STEPS[key] = _STEPS.pop(key)  # most recently used last
@@ -338,12 +359,16 @@ def simulate(fluid: np.ndarray, settings: LBMSettings | None = None, progress: b
     """Run pressure-driven flow through the fluid voxels ``fluid`` (bool (H, W, D)) to steady state.
 
     Raises :class:`ReferenceConvergenceError` if the steady-state criterion is not met within ``settings.max_steps``,
-    :class:`ProblemError` if no fluid path joins the inlet (column 0) to the outlet (column W-1), and
-    :class:`UnavailableError` for target "gpu" without a CUDA device.
+    :class:`ProblemError` if no fluid path joins the inlet (column 0) to the outlet (column W-1) or the box
+    does not fit in memory (:func:`check_box_memory`), :class:`SettingError` for more ``settings.threads`` than
+    the cores this process may use, and :class:`UnavailableError` for target "gpu" without a CUDA device.
     """
     settings = settings or LBMSettings()
-    if fluid.ndim != 3 or fluid.dtype != bool:
-        raise ValueError(f"fluid must be a bool (H, W, D) array, got {fluid.dtype} {fluid.shape}")
+    check_fluid(fluid)
+    # The cores of the machine that runs it, not of the one that made the settings (a SLURM job's login node):
+    # 100,000 OpenMP threads segfaulted.
+    check_cores("threads", settings.threads)
+    check_box_memory(fluid.shape, settings.reservoir)
     active = active_cells(fluid)
     device = pick_target(settings.target)
     n = settings.reservoir

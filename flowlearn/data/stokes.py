@@ -55,6 +55,7 @@ from flowlearn.data.voxels import (
     ReferenceFlow,
     active_cells,
     add_reservoirs,
+    check_fluid,
     fracture_voxels,
     gap_pressure,
     joined_to_ends,
@@ -220,21 +221,60 @@ def check_openfoam(processes: int = 1) -> None:
 def check_box(fluid: np.ndarray, settings: StokesSettings, memory: int | None = None) -> None:
     """Refuse a box that no fluid path crosses, or whose mesh would not fit in ``memory`` bytes (default: what this
     machine has available now)."""
-    if fluid.ndim != 3 or fluid.dtype != bool:
-        raise ValueError(f"fluid must be a bool (H, W, D) array, got {fluid.dtype} {fluid.shape}")
+    check_fluid(fluid)
     active_cells(fluid)
-    r3 = settings.cells_per_voxel**3
     height, width, depth = fluid.shape
-    box = height * (width + 2 * settings.reservoir) * depth * r3
-    fluid_cells = (int(fluid.sum()) + 2 * settings.reservoir * height * depth) * r3
-    needed = max(box * BYTES_PER_BOX_CELL, fluid_cells * BYTES_PER_FLUID_CELL)
+    fluid_voxels = int(fluid.sum())
+
+    def needed(cells_per_voxel: int, reservoir: int) -> float:
+        r3 = cells_per_voxel**3
+        box = height * (width + 2 * reservoir) * depth * r3
+        fluid_cells = (fluid_voxels + 2 * reservoir * height * depth) * r3
+        return max(box * BYTES_PER_BOX_CELL, fluid_cells * BYTES_PER_FLUID_CELL)
+
+    _check_mesh_memory(
+        f"the Stokes mesh of this {height}x{width}x{depth}-voxel box", "needs about", needed, settings, memory
+    )
+
+
+def _check_mesh_memory(
+    mesh: str,
+    needs: str,
+    needed: Callable[[int, int], float],
+    settings: StokesSettings,
+    memory: int | None,
+) -> None:
+    """Raise :class:`ProblemError` where the ``mesh`` ("the Stokes mesh of this HxWxD-voxel box") ``needs``
+    ("needs about") more than ``memory`` bytes (default: what this machine has available now), by ``needed``'s
+    count of its bytes at (cells per voxel, reservoir columns at each end) as ``settings`` set them; the message
+    names both, and the largest value of each that fits on its own."""
     memory = available_memory() if memory is None else memory
-    if needed > memory:
-        raise ProblemError(
-            f"the Stokes mesh of this {height}x{width}x{depth}-voxel box at {settings.cells_per_voxel} cells per "
-            f"voxel needs about {needed / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB available: lower "
-            "cells_per_voxel or solve a smaller map"
-        )
+    r, reservoir = settings.cells_per_voxel, settings.reservoir
+    if needed(r, reservoir) <= memory:
+        return
+    fixes = []
+    if needed(1, reservoir) <= memory:
+        fixes.append(f"cells_per_voxel <= {_largest(lambda k: needed(k, reservoir) <= memory, 1, r)}")
+    if needed(r, 0) <= memory:
+        fixes.append(f"reservoir <= {_largest(lambda n: needed(r, n) <= memory, 0, reservoir)}")
+    advice = "solve a smaller map"
+    if fixes:
+        advice = f"use {' or '.join(fixes)}, or {advice}"
+    elif needed(1, 0) <= memory:
+        advice = "lower cells_per_voxel and reservoir together (each alone is too large)"
+    raise ProblemError(
+        f"{mesh} at {r} cells per voxel {needs} {needed(r, reservoir) / 2**30:.3g} GiB with reservoirs of "
+        f"{reservoir} columns at each end, more than the {memory / 2**30:.3g} GiB available: {advice}"
+    )
+
+
+def _largest(fits: Callable[[int], bool], low: int, high: int) -> int:
+    """The largest n in [``low``, ``high``) for which ``fits(n)``, where ``fits`` holds at ``low``, not at
+    ``high``, and turns false once as n grows (a bisection)."""
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
 
 
 def check_walls(
@@ -248,16 +288,21 @@ def check_walls(
     """
     if bottom.shape != top.shape or bottom.ndim != 2:
         raise ValueError(f"bottom and top must be equal 2D shapes, got {bottom.shape} and {top.shape}")
-    r, (height, width) = settings.cells_per_voxel, bottom.shape
-    # At most every cell of the box's columns, the gap's, the reservoirs' and the solid's, at r per voxel.
-    cells = r**3 * height * (width + 2 * settings.reservoir) * (float(top.max() - bottom.min()) + 2)
-    memory = available_memory() if memory is None else memory
-    if cells * BYTES_PER_FLUID_CELL > memory:
-        raise ProblemError(
-            f"the wall-fitted Stokes mesh of this {height}x{width}-voxel map at {r} cells per voxel may need "
-            f"{cells * BYTES_PER_FLUID_CELL / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB available: "
-            "lower cells_per_voxel or solve a smaller map"
-        )
+    height, width = bottom.shape
+    span = float(top.max() - bottom.min())
+
+    def needed(cells_per_voxel: int, reservoir: int) -> float:
+        # At most every cell of the box's columns, the gap's, the reservoirs' and the solid's, at r per voxel.
+        cells = cells_per_voxel**3 * height * (width + 2 * reservoir) * (span + 2)
+        return cells * BYTES_PER_FLUID_CELL
+
+    _check_mesh_memory(
+        f"the wall-fitted Stokes mesh of this {height}x{width}-voxel map",
+        "may need",
+        needed,
+        settings,
+        memory,
+    )
     open_columns(wall_corners(bottom, 1), wall_corners(top, 1))
 
 

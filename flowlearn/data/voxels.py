@@ -20,19 +20,35 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
+from flowlearn.checks import available_memory
 from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError, ProblemError
+
+# Bytes per voxel of the box at its peak in :func:`voxelize`: the two comparisons and their result, bool each.
+VOXELIZE_BYTES = 3
 
 
 def voxelize(bottom: np.ndarray, top: np.ndarray) -> np.ndarray:
     """Fluid voxels between two walls: bool (H, W, D), True where bottom <= z-centre < top.
 
     ``bottom`` and ``top`` are float (H, W) wall heights in voxels; D spans the lowest bottom to the highest top.
+
+    Raises:
+        ProblemError: walls so far apart (an rms height of 1e6 voxels on a 32x32 map) that the box would not fit
+            in the memory this machine has available; checked before it is allocated.
     """
     if bottom.shape != top.shape or bottom.ndim != 2:
         raise ValueError(f"bottom and top must be equal 2D shapes, got {bottom.shape} and {top.shape}")
     z0 = math.floor(float(bottom.min()))
     depth = max(math.ceil(float(top.max())) - z0, 1)
+    needed, memory = VOXELIZE_BYTES * bottom.size * float(depth), available_memory()
+    if needed > memory:
+        raise ProblemError(
+            f"walls from z = {float(bottom.min()):.3g} to {float(top.max()):.3g} voxels make a "
+            f"{bottom.shape[0]}x{bottom.shape[1]}x{depth:.3g}-voxel box that needs {needed / 2**30:.3g} GiB, "
+            f"more than the {memory / 2**30:.3g} GiB available: lower the walls' rms height (rms) or their "
+            "separation (mean_aperture)"
+        )
     centres = z0 + np.arange(depth) + 0.5
     return (bottom[..., None] <= centres) & (centres < top[..., None])
 
@@ -56,6 +72,13 @@ def flux_weighted_average(values: np.ndarray, weights: np.ndarray, fluid: np.nda
         weighted = (np.where(fluid, values, 0.0) * weights).sum(axis=-1) / total
         plain = np.where(fluid, values, 0.0).sum(axis=-1) / count
     return np.where(total > 0, weighted, np.where(count > 0, plain, np.nan))
+
+
+def check_fluid(fluid: object) -> None:
+    """Raise ``ValueError`` unless ``fluid`` is a box of fluid voxels: a bool (H, W, D) numpy array."""
+    if not isinstance(fluid, np.ndarray) or fluid.ndim != 3 or fluid.dtype != bool:
+        got = f"{fluid.dtype} {fluid.shape}" if isinstance(fluid, np.ndarray) else type(fluid).__name__
+        raise ValueError(f"fluid must be a bool (H, W, D) array, got {got}")
 
 
 def active_cells(fluid: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage, imsave
 from matplotlib.ticker import MaxNLocator
 
+from flowlearn.checks import check_dpi, check_setting, is_integer
 from flowlearn.data.departure import Departure
 from flowlearn.data.schema import atomic_path
 from flowlearn.models.baselines import BASELINES, COMPARED
@@ -285,7 +286,23 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
     relative pressure error (%) of each logged stage, with the LCL's dashed in the same colour. Test metrics,
     logged once, are single markers. A baseline's training and validation metrics are logged when they change, and
     hold until the next value: a step line to the stage's last epoch.
+
+    Raises:
+        ValueError: ``columns`` holds none of the metrics drawn (the figure would be empty).
     """
+    drawn = [LOSS] + [
+        column(stage, metric, baseline)
+        for stages, metric in ((HELD_OUT, MSE), (STAGES, REL_ERR_MEAN))
+        for stage in stages
+        for baseline in (None, COMPARED)
+    ]
+    if not any(name in columns for name in drawn):
+        names = sorted(columns)
+        got = f"columns {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}" if names else "no column"
+        raise ValueError(
+            f"plot_curves needs at least one metric column of metrics.csv ({', '.join(drawn[:3])}, ...), "
+            f"got {got}"
+        )
     fig = Figure(figsize=(10.5, 3.8), layout="compressed")
     loss_ax, error_ax = fig.subplots(1, 2)
     colours = dict(zip(STAGES, ("C0", "C1", "C2")))
@@ -330,9 +347,11 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
 def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
     """Held-out fractures side by side: aperture, learned correction, LCL error, learned-model error.
 
-    One row per fracture (the first ``max_rows``); each column shares one colour scale and one colourbar, and the
-    two error columns share theirs, so that rows and the two models compare directly.
+    One row per fracture (the first ``max_rows``, a positive integer); each column shares one colour scale and
+    one colourbar, and the two error columns share theirs, so that rows and the two models compare directly.
     """
+    # A negative count would slice rows off the end: a gallery silently short of its last fractures.
+    check_setting(is_integer(max_rows) and max_rows >= 1, "max_rows", "must be a positive integer", max_rows)
     rows = list(fields)[:max_rows]
     if not rows:
         raise ValueError("the gallery needs at least one fracture")
@@ -506,8 +525,11 @@ def save_figures(figures: Mapping[str, Figure], directory: str | Path, dpi: int 
     """Write each figure to ``<directory>/<name>.png`` (:func:`write_png`), atomically; returns the paths by name.
 
     Raises:
+        SettingError: ``dpi`` is not an integer in :data:`~flowlearn.checks.FIGURE_DPI` (before any folder is
+            made).
         OutputError: a figure that cannot be written (a read-only place, a full disk); the earlier file is intact.
     """
+    check_dpi(dpi)
     paths = {}
     for name, fig in figures.items():
         paths[name] = Path(directory) / f"{name}.png"
@@ -522,7 +544,9 @@ def write_png(fig: Figure, path: str | Path, dpi: int) -> None:
 
     savefig's ``bbox_inches="tight"`` gives the same picture by drawing the figure twice, once to find the content
     and again at the trimmed size; one render, cropped and padded, takes 0.7 s against 1.15 s for the five
-    figures of ``experiment=paper``."""
+    figures of ``experiment=paper``. ``dpi`` is an integer in :data:`~flowlearn.checks.FIGURE_DPI`
+    (:class:`~flowlearn.errors.SettingError` otherwise)."""
+    check_dpi(dpi)
     original_dpi = fig.dpi
     fig.dpi = dpi
     try:

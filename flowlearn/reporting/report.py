@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from flowlearn.checks import check_dpi
 from flowlearn.data.schema import atomic_path
 from flowlearn.errors import DataValidationError, RunDirectoryError
 from flowlearn.models.baselines import BASELINES, COMPARED, Baseline
@@ -151,7 +152,9 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
         DataValidationError: its predictions.h5 is no predictions file (empty, truncated, of other contents), or
             a group of it breaks the schema (:func:`~flowlearn.training.predictions.read_predictions`).
         OutputError: ``output`` cannot be written (a read-only place, a full disk, a file in the way).
+        SettingError: ``dpi`` is not an integer in :data:`~flowlearn.checks.FIGURE_DPI`.
     """
+    check_dpi(dpi)  # before anything is read or written
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunDirectoryError(f"{run_dir}: no such directory")
@@ -217,7 +220,12 @@ def report_sweep(
 
     Returns the table's path and one line per incomplete run (what it lacks, or which of its outputs cannot be
     read); those runs are listed in the table too, with their status.
+
+    Raises:
+        SettingError: ``dpi`` is not an integer in :data:`~flowlearn.checks.FIGURE_DPI` (before anything is
+            written).
     """
+    check_dpi(dpi)
     sweep_dir = Path(sweep_dir)
     output = Path(output) if output is not None else sweep_dir
     runs = sweep_runs(sweep_dir)

@@ -280,6 +280,52 @@ def _file(key: str, value: object, what: str) -> None:
     _check(path.is_file(), f"{key}: {what} not found: {value}")
 
 
+# The switches (true or false) of torch's optimizers, of configs/optimizer/adam.yaml and sgd.yaml; foreach and
+# fused also take null (torch's choice).
+OPTIMIZER_SWITCHES = (
+    "amsgrad",
+    "nesterov",
+    "maximize",
+    "foreach",
+    "capturable",
+    "differentiable",
+    "fused",
+    "decoupled_weight_decay",
+)
+
+
+def _check_checkpoint_files(cfg: DictConfig) -> None:
+    """The checkpoint callback keeps a checkpoint, and writes it into its ``dirpath``.
+
+    With ``save_top_k=0`` and no ``save_last`` a run ended without any checkpoint, so that it could be neither
+    predicted nor resumed. A ``filename`` is a template such as ``best-{epoch:03d}``: a '/' outside its
+    fields, or in a field's metric name while Lightning writes the names in (``auto_insert_metric_name``, true
+    unless set), is a folder of the path, and '../../name' wrote the best checkpoint outside the run."""
+    prefix = "callbacks.model_checkpoint"
+    if OmegaConf.select(cfg, prefix) is None:
+        return
+    top_k = OmegaConf.select(cfg, f"{prefix}.save_top_k", default=1)
+    last = OmegaConf.select(cfg, f"{prefix}.save_last")
+    _check(
+        top_k != 0 or last not in (None, False),
+        f"{prefix}.save_top_k=0 with save_last={last} keeps no checkpoint: the run could be neither predicted "
+        f"nor resumed; set {prefix}.save_top_k=1 or {prefix}.save_last=true",
+    )
+    name = OmegaConf.select(cfg, f"{prefix}.filename")
+    if name is None:
+        return
+    named = OmegaConf.select(cfg, f"{prefix}.auto_insert_metric_name", default=True)
+    # What Lightning writes besides the values: the text outside the {fields}, and their metric names if it adds
+    # them.
+    written = re.sub(r"\{([^}:]*)[^}]*\}", lambda field: field[1] if named else "", str(name))
+    _check(
+        isinstance(name, str) and bool(name.strip()) and "/" not in written and ".." not in written,
+        f"{prefix}.filename must be a file name without '/' or '..' (the checkpoints stay in "
+        f"{prefix}.dirpath; a metric field such as {{val/mse:.3g}} needs {prefix}.auto_insert_metric_name=false), "
+        f"got {name!r}",
+    )
+
+
 # The config groups a run is built from: each must be chosen (configs/<group>/), not removed or set to null.
 RUN_GROUPS = ("data", "model", "law", "solver", "optimizer", "trainer", "logger", "callbacks")
 # Keys whose default is a value, for which null means nothing (the checks below take an absent key as unset).
@@ -417,12 +463,31 @@ def validate_config(cfg: DictConfig) -> None:
     _integer(cfg, "optimizer.cg_iterations", high=MAX_CG_ITERATIONS)
     _number(cfg, "optimizer.cg_tolerance", MIN_CG_TOLERANCE, strict=False, high=1)
     _positive(cfg, "optimizer.max_trials", integer=True)
+    # 1 would leave the gradient out of SGD's momentum buffer after the first step; below 0 scales it up (-5: by
+    # 6).
+    _number(cfg, "optimizer.dampening", 0, strict=False, high=1)
+    # torch takes any value for its switches, and a string such as "no" switches one on.
+    for key in OPTIMIZER_SWITCHES:
+        _boolean(cfg, f"optimizer.{key}")
     # trainer
     _positive(cfg, "trainer.max_epochs", integer=True)
     _positive(cfg, "trainer.log_every_n_steps", integer=True)
     _positive(cfg, "trainer.check_val_every_n_epoch", integer=True)
     _positive(cfg, "trainer.accumulate_grad_batches", integer=True)
     _integer(cfg, "trainer.min_epochs", low=0)
+    least, most = (OmegaConf.select(cfg, f"trainer.{key}") for key in ("min_epochs", "max_epochs"))
+    _check(
+        not (is_integer(least) and is_integer(most) and least > most),
+        f"trainer.min_epochs={least} is more than trainer.max_epochs={most}: the run would stop at "
+        f"trainer.max_epochs; raise it, or lower trainer.min_epochs",
+    )
+    fast = OmegaConf.select(cfg, "trainer.fast_dev_run")
+    _check(
+        fast in (None, False),
+        f"trainer.fast_dev_run={fast} is Lightning's smoke test: it logs nothing and checkpoints nothing, so "
+        "the run could be neither reported nor predicted; use trainer.max_epochs=1 "
+        "+trainer.limit_train_batches=1",
+    )
     _integer(cfg, "trainer.num_sanity_val_steps", low=-1)
     _number(cfg, "trainer.gradient_clip_val", 0, strict=False)
     _boolean(cfg, "trainer.deterministic", "warn")
@@ -491,6 +556,7 @@ def validate_config(cfg: DictConfig) -> None:
             f"callbacks.{key} must be a callback's settings with a _target_, or null to leave it out, got {entry!r}",
         )
     _integer(cfg, "callbacks.model_checkpoint.save_top_k", low=-1)
+    _check_checkpoint_files(cfg)
     monitor = OmegaConf.select(cfg, "callbacks.model_checkpoint.monitor")
     _check(
         monitor is None or monitor in monitorable_columns(),
@@ -504,7 +570,6 @@ def validate_config(cfg: DictConfig) -> None:
     _positive(cfg, "callbacks.model_checkpoint.every_n_epochs", integer=True)
     _boolean(cfg, "callbacks.model_checkpoint.save_last", "link")
     _boolean(cfg, "callbacks.model_checkpoint.save_on_train_epoch_end")
-    _boolean(cfg, "optimizer.amsgrad")
     betas = OmegaConf.select(cfg, "optimizer.betas")
     _check(
         betas is None

@@ -25,10 +25,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from flowlearn.data.datamodule import FractureDataset
-from flowlearn.data.inclination import missing_geometry
+from flowlearn.data.inclination import NO_VOXEL_SIZE, NO_WALLS, missing_geometry
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.reference_error import recorded_error
-from flowlearn.data.schema import read_fracture, validate_file
+from flowlearn.data.schema import list_fractures, read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, statistic_ranges
 from flowlearn.errors import USER_ERRORS, ConfigError
 from flowlearn.models.laws import PermeabilityLaw
@@ -136,6 +136,8 @@ def check_inputs(cfg: DictConfig) -> None:
 def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     quiet_lightning()
     check_inputs(cfg)
+    # A missing backend (Julia, GPU) or an engine option out of its range fails here, before the data loads.
+    solver = instantiate(cfg.solver)
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run's config
     paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
     cfg.data.path = [to_absolute_path(str(p)) for p in paths]
@@ -148,14 +150,13 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         )
 
     law = instantiate(cfg.law)
-    for what, lacking in missing_geometry(cfg.data.path, law.uses_walls, law.uses_slope).items():
-        log.warning(f"law={law.name}: {len(lacking)} fracture(s) have {what}; the first: {lacking[0]}")
+    for line in geometry_warnings(cfg.data.path, law):
+        log.warning(line)
     weight = flow_rate_weight(OmegaConf.select(cfg, "loss.flow_rate_weight"), law, datamodule.splits["train"])
     train_refs = datamodule.splits["train"].refs
     correction = build_correction(
         cfg.model, law, train_refs, batch_size=cfg.data.batch_size, dtype=model_dtype(cfg)
     )
-    solver = instantiate(cfg.solver)  # a missing backend (Julia, GPU) fails here, before any training
     statistics = statistic_ranges(
         aperture_statistics(fracture.aperture, fracture.voxel_size)
         for fracture in (read_fracture(ref.path, ref.name, validate=False) for ref in train_refs)
@@ -199,6 +200,33 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         write_predictions(module, datamodule.splits.items(), run_dir / "predictions.h5")
         log.info(closing_line(run_dir / "predictions.h5", run_dir))
     return metrics
+
+
+def geometry_warnings(paths: list[str], law: PermeabilityLaw) -> list[str]:
+    """One warning line for each thing ``law`` reads that fractures of the files ``paths`` lack (walls, a
+    voxel size), naming the first such fracture.
+
+    Where no fracture at all has walls, a law that reads them is the local cubic law everywhere, times the
+    wedge factor where it also reads the aperture slope and some fracture has a voxel size: one line says so,
+    naming the files, instead of listing fractures.
+    """
+    missing = missing_geometry(paths, law.uses_walls, law.uses_slope)
+    fractures = sum(len(list_fractures(path)) for path in paths)
+    lines = []
+    if law.uses_walls and len(missing.get(NO_WALLS, [])) == fractures:
+        del missing[NO_WALLS]
+        wedge = law.uses_slope and len(missing.get(NO_VOXEL_SIZE, [])) < fractures
+        if not wedge:
+            missing.pop(NO_VOXEL_SIZE, None)
+        lines.append(
+            f"law={law.name}: no fracture of {', '.join(map(str, paths))} has walls ('bottom', 'top' of a 2D "
+            "map), so the law reduces to the local cubic law"
+            + (" times the wedge factor" if wedge else " (law=lcl)")
+            + " everywhere"
+        )
+    for what, lacking in missing.items():
+        lines.append(f"law={law.name}: {len(lacking)} fracture(s) have {what}; the first: {lacking[0]}")
+    return lines
 
 
 def flow_rate_weight(setting: float | None, law: PermeabilityLaw, train: FractureDataset) -> float:
