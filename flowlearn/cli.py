@@ -8,6 +8,7 @@ arguments on its parser, and the function that runs it. A new subcommand is one 
 from __future__ import annotations
 
 import argparse
+import codecs
 import dataclasses
 import itertools
 import json
@@ -26,8 +27,8 @@ from flowlearn.checks import (
     check_distinct_files,
     check_distinct_names,
     check_dpi,
+    check_setting,
     check_voxel_size,
-    finite_problem,
 )
 from flowlearn.errors import (
     USER_ERROR_STATUS,
@@ -103,7 +104,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 def _run_convert(args: argparse.Namespace) -> int:
     from flowlearn.data.schema import check_writable, convert
 
-    _check_new_output(args.dst, [args.src], "the input SRC", option="DST")
+    _check_new_output(args.dst, "fractures", [args.src], "the input SRC", option="DST")
     check_writable(args.dst)
     count = convert(args.src, args.dst, layout=args.layout, note=_note("convert"))
     print(f"wrote {count} fracture(s) to {args.dst} in the {args.layout} layout")
@@ -117,7 +118,7 @@ def _note(command: str) -> Callable[[str], None]:
 
 def _convert_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("src", type=_path, help="input HDF5 file (flowlearn or original layout)")
-    p.add_argument("dst", type=_path, help="output HDF5 file (not SRC)")
+    p.add_argument("dst", type=_path, help="output HDF5 file: new, or a fracture file to replace (not SRC)")
     p.add_argument("--layout", choices=("flowlearn", "original"), default="flowlearn", help="layout of DST")
 
 
@@ -128,7 +129,6 @@ def _from_options(cls: type, args: argparse.Namespace, **given: object) -> objec
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from flowlearn.checks import check_setting
     from flowlearn.data.generate import DatasetConfig, generate_dataset
     from flowlearn.data.lbm import LBMSettings
     from flowlearn.data.recipes import RECIPES
@@ -428,9 +428,7 @@ def _run_predict(args: argparse.Namespace) -> int:
     from flowlearn.training.predict import predict
 
     check_distinct_names("INPUTS", args.inputs)
-    _check_new_output(args.output, args.inputs, "one of the inputs")
-    # The run's own predictions are its training's record, which report and evaluate read.
-    _check_new_output(args.output, [Path(args.run_dir) / "predictions.h5"], "the run's own predictions.h5")
+    _check_new_output(args.output, "predictions", args.inputs, "one of the inputs", run_dir=args.run_dir)
     check_writable(args.output)
     _check_run_directory(args.run_dir)
     _check_distinct_keys(args.inputs)
@@ -455,32 +453,133 @@ def _predict_arguments(p: argparse.ArgumentParser) -> None:
         "--output",
         type=_path,
         required=True,
-        help="HDF5 file to write (not one of INPUTS, nor RUN_DIR/predictions.h5)",
+        help="HDF5 file to write: new, or a predictions file to replace (not one of INPUTS, nor a run's predictions.h5)",
     )
     p.add_argument(
         "--checkpoint", type=_path, help="checkpoint to load (default: RUN_DIR/checkpoints/last.ckpt)"
     )
 
 
+# The kinds of file a command writes, as a refusal to replace a file of another kind names them.
+_OUTPUT_KINDS = {"predictions": "a predictions file", "fractures": "a fracture file", "png": "a PNG image"}
+
+
 def _check_new_output(
-    output: str, inputs: Sequence[str | Path], inputs_are: str, option: str = "--output"
+    output: str,
+    kind: str,
+    inputs: Sequence[str | Path] = (),
+    inputs_are: str = "",
+    option: str = "--output",
+    run_dir: str | None = None,
 ) -> None:
-    """Raise :class:`SettingError` for ``option``, the file a command writes, where it is one of the ``inputs`` it
-    reads (the same file, however named: ``./a.h5``, a link, a hard link), which writing the output would replace;
-    ``inputs_are`` says what they are ("one of the inputs")."""
+    """Raise :class:`SettingError` for ``option``, the file of ``kind`` (a key of :data:`_OUTPUT_KINDS`) that a
+    command writes, where writing it would replace what is not the command's to replace:
+
+    * one of the ``inputs`` it reads (the same file, however named: ``./a.h5``, a link, a hard link);
+      ``inputs_are`` says what they are ("one of the inputs");
+    * the predictions.h5 of a run, or a file in its checkpoints folder (:func:`_run_file`): the record of a
+      training that report, evaluate and predict read, which ``run_dir`` names as the command's own run;
+    * an existing file of another kind (:func:`_file_kind`), or one that cannot be read to tell: a checkpoint or a
+      data file named by mistake had been replaced by an HDF5 file or a PNG. A file of the kind (an earlier
+      output), or an empty one, is replaced.
+    """
+    from flowlearn.data.schema import same_file
+
     target = Path(output)
-    for path in map(Path, inputs):
-        if target.resolve() == path.resolve() or _same_file(target, path):
+    for path in inputs:
+        if same_file(target, path):
             link = "a link to " if target.is_symlink() else ""
             raise SettingError(option, f"{output} is {link}{inputs_are}: give a new file")
-
-
-def _same_file(one: Path, other: Path) -> bool:
-    """Whether ``one`` and ``other`` both exist and are one file (hard links too)."""
+    owned = _run_file(target, run_dir)
+    if owned:
+        raise SettingError(option, f"{output} is {owned}: give a new file")
     try:
-        return one.samefile(other)
-    except OSError:
-        return False
+        replaced = target.is_file() and target.stat().st_size > 0
+    except OSError:  # not to be looked at: the write says why
+        replaced = False
+    if replaced:  # a folder, FIFO or device is left to check_writable
+        try:
+            found, what = _file_kind(target)
+        except OSError as err:
+            found, what = None, f"a file that cannot be read ({err.strerror or err})"
+        if found != kind:
+            raise SettingError(
+                option, f"{output} exists and is {what}, not {_OUTPUT_KINDS[kind]}: give a new file"
+            )
+
+
+def _is_run(folder: Path) -> bool:
+    """Whether ``folder`` is a run directory: one holding .hydra/ or checkpoints/ (what python train.py writes)."""
+    return (folder / ".hydra").is_dir() or (folder / "checkpoints").is_dir()
+
+
+def _run_file(output: Path, run_dir: str | None) -> str | None:
+    """What ``output`` is of a run, as an error message says it ("the predictions.h5 of the run R"), where it is a
+    run's predictions.h5 or in a run's checkpoints folder; None elsewhere. ``run_dir``, the command's own run, is
+    "the run's own" (and a run even where it lacks its folders). Its folder is resolved (``run/./x``, a link to a
+    folder), not its name: a link named ``output`` is replaced, not the file it points to."""
+    folder = output.absolute().parent.resolve()
+    own = Path(run_dir).resolve() if run_dir is not None else None
+    if output.name == "predictions.h5" and (folder == own or _is_run(folder)):
+        return "the run's own predictions.h5" if folder == own else f"the predictions.h5 of the run {folder}"
+    run = folder.parent
+    if folder.name == "checkpoints" and (run == own or _is_run(run)):
+        if output.exists():
+            return "one of the run's own checkpoints" if run == own else f"a checkpoint of the run {run}"
+        return (
+            "in the run's own checkpoints folder"
+            if run == own
+            else f"in the checkpoints folder of the run {run}"
+        )
+    return None
+
+
+# File signatures (first bytes) of the files an output may be given in place of, and what each is.
+_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "png", "a PNG image"), (b"%PDF-", None, "a PDF document"))
+
+
+def _file_kind(path: Path) -> tuple[str | None, str]:
+    """(kind, what) of the existing, readable file ``path``: its key of :data:`_OUTPUT_KINDS` (None for a file of
+    none of them) and what it is, as an error message says it ("a torch checkpoint"), by its contents: the file
+    signatures of PNG and HDF5, then the flowlearn or original layout of a fracture file
+    (:func:`~flowlearn.data.schema.detect_layout`) or the groups of a predictions file
+    (:func:`~flowlearn.training.predictions.holds_predictions`)."""
+    import zipfile
+
+    import h5py
+
+    from flowlearn.data.schema import detect_layout, open_file
+
+    with open(path, "rb") as fh:
+        head = fh.read(512)
+    for signature, kind, what in _SIGNATURES:
+        if head.startswith(signature):
+            return kind, what
+    if h5py.is_hdf5(path):
+        from flowlearn.training.predictions import holds_predictions
+
+        try:
+            with open_file(path) as f:
+                try:
+                    return "fractures", f"a fracture file ({detect_layout(f, path)} layout)"
+                except DataValidationError:
+                    if holds_predictions(f, path):
+                        return "predictions", "a predictions file"
+        except (*USER_ERRORS, OSError, KeyError, RuntimeError):
+            return None, "a damaged HDF5 file"
+        return None, "an HDF5 file holding neither fractures nor predictions"
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            # torch.save writes a zip archive whose pickle is <name>/data.pkl.
+            torch = any(name.endswith("/data.pkl") for name in archive.namelist())
+        return None, "a torch checkpoint" if torch else "a zip archive"
+    try:
+        # Incremental: the bytes read may end inside a character.
+        codecs.getincrementaldecoder("utf-8")().decode(head)
+        text = b"\0" not in head
+    except UnicodeDecodeError:
+        text = False
+    return None, "a text file" if text else "a file of another format (not HDF5 nor PNG)"
 
 
 def _check_run_directory(run_dir: str) -> None:
@@ -523,7 +622,12 @@ def _run_departure(args: argparse.Namespace) -> int:
     from flowlearn.data.schema import check_writable
 
     if args.figure is not None:
-        _check_new_output(args.figure, [args.data], "the input DATA", option="--figure")
+        _check_new_output(args.figure, "png", [args.data], "the input DATA", option="--figure")
+        if Path(args.figure).suffix.lower() != ".png":
+            # A PDF or SVG would need another writer than write_png's (a cropped render of the figure's pixels).
+            raise SettingError(
+                "--figure", f"{args.figure}: only PNG is written: give a file name ending in .png"
+            )
         check_writable(args.figure)  # before the solves
     rows = departures(args.data)
     if not rows:
@@ -580,7 +684,9 @@ def _departure_arguments(p: argparse.ArgumentParser) -> None:
         "mid-surface slope (smoothed over ⟨b⟩) and the flow rate's change under 2x refinement",
     )
     p.add_argument(
-        "--figure", type=_path, help="PNG of Q/Q_LCL against σ/⟨a⟩ and the wall slope to write (not DATA)"
+        "--figure",
+        type=_path,
+        help="PNG of Q/Q_LCL against σ/⟨a⟩ and the wall slope to write: a new .png file, or a PNG to replace",
     )
 
 
@@ -606,9 +712,15 @@ def _run_refine(args: argparse.Namespace) -> int:
     from flowlearn.data.refinement import check_convergence_records, infer_file, refine_file
     from flowlearn.data.schema import check_writable
 
+    if args.fracture and args.every is not None:
+        raise SettingError("--every", "applies only without --fracture, which names the fractures to measure")
+    if args.infer_only:
+        for option, value in (("--fracture", args.fracture), ("--every", args.every)):
+            if value is not None:
+                raise SettingError(option, "chooses fractures to measure, and --infer-only measures none")
     check_cores("--threads", args.threads)
     check_writable(args.data)
-    chosen = _named_fractures(args.data, args.fracture, every=args.every)
+    chosen = _named_fractures(args.data, args.fracture, every=args.every or 1)
     if args.infer and not args.infer_only:
         check_convergence_records(args.data)  # a bad record found after minutes of LBM runs would waste them
     if not args.infer_only:
@@ -644,9 +756,8 @@ def _refine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--every",
         type=_positive_int,
-        default=1,
         metavar="N",
-        help="without --fracture, measure fractures 0, N, 2N, ... in group order",
+        help="without --fracture, measure fractures 0, N, 2N, ... in group order (default: 1, every fracture)",
     )
     p.add_argument(
         "--threads",
@@ -734,9 +845,9 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--tolerance",
-        type=_positive_float,
+        type=_checked(float, _check_tolerance, "float"),
         default=TOLERANCE,
-        help="variation (a fraction) above which no law counts as reproducing a reference",
+        help="variation (a fraction, in (0, 1]: 0.01 is 1 %%) above which no law counts as reproducing a reference",
     )
 
 
@@ -751,14 +862,10 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    """An argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{finite_problem('must be a number > 0', value)}, got {text}")
+def _check_tolerance(value: float) -> float:
+    """``value`` if it is a ``flowlearn check --tolerance``: a variation of the column flux as a fraction of its
+    mean, in (0, 1] (up to 100 %); else :class:`SettingError`."""
+    check_setting(0 < value <= 1, "tolerance", "must be a number in (0, 1] (a fraction: 0.01 is 1 %)", value)
     return value
 
 
@@ -795,22 +902,30 @@ def _voxel_range() -> str:
     return f"[{low:g}, {high:g}]"
 
 
+# The arguments of flowlearn.reporting.ensemble's functions as the options of ``flowlearn ensemble``.
+_ENSEMBLE_OPTIONS = {
+    "paths": "PREDICTIONS",
+    "output": "--output",
+    "level": "--level",
+    "calibrate": "--calibrate",
+}
+
+
 def _run_ensemble(args: argparse.Namespace) -> int:
     from flowlearn.data.schema import check_writable
-    from flowlearn.reporting.ensemble import MIN_MEMBERS, write_ensemble
+    from flowlearn.reporting.ensemble import check_ensemble, write_ensemble
 
-    if len(args.predictions) < MIN_MEMBERS:
-        raise SettingError(
-            "PREDICTIONS", f"must be at least {MIN_MEMBERS} files (the members), got {len(args.predictions)}"
-        )
-    _check_new_output(args.output, args.predictions, "one of the members")
-    check_distinct_files("PREDICTIONS", args.predictions, "the members must be different runs")
-    _check_predictions_files("PREDICTIONS", args.predictions)
-    check_writable(args.output)
-    _check_runs_once(args.predictions)
     # The default calibration split (val) gives way to the members' spread where it holds no reference flow rate, as
     # the ensemble's docstring says; a split asked for by name is refused there.
     calibrate = {"none": None, None: "val"}.get(args.calibrate, args.calibrate)
+    try:
+        check_ensemble(args.predictions, args.level, calibrate, args.output)
+    except SettingError as err:
+        raise SettingError(_ENSEMBLE_OPTIONS[err.field], err.problem) from err
+    _check_new_output(args.output, "predictions")
+    _check_predictions_files("PREDICTIONS", args.predictions)
+    check_writable(args.output)
+    _check_runs_once(args.predictions)
     if calibrate is not None:
         _check_calibration(args.predictions, calibrate, args.level, explicit=args.calibrate is not None)
     count = write_ensemble(args.predictions, args.output, args.level, calibrate)
@@ -820,7 +935,16 @@ def _run_ensemble(args: argparse.Namespace) -> int:
     return 0
 
 
+def _level(value: float) -> float:
+    """An ensemble's ``--level``, checked where the ensemble checks it (imported once the option is given)."""
+    from flowlearn.reporting.ensemble import check_level
+
+    return check_level(value)
+
+
 def _ensemble_arguments(p: argparse.ArgumentParser) -> None:
+    from flowlearn.training.metrics import STAGES
+
     p.add_argument(
         "predictions",
         type=_path,
@@ -828,18 +952,22 @@ def _ensemble_arguments(p: argparse.ArgumentParser) -> None:
         help="the members' predictions files (two or more, all different)",
     )
     p.add_argument(
-        "-o", "--output", type=_path, required=True, help="predictions file to write (not one of PREDICTIONS)"
+        "-o",
+        "--output",
+        type=_path,
+        required=True,
+        help="predictions file to write: new, or one to replace (not one of PREDICTIONS, nor a run's predictions.h5)",
     )
     p.add_argument(
         "--level",
-        type=_probability,
+        type=_checked(float, _level, "float"),
         default=0.9,
         help="level of each flow rate's interval, in (0, 1); split conformal needs at least level / (1 - level) "
         "calibration fractures (9 at 0.9)",
     )
     p.add_argument(
         "--calibrate",
-        choices=("val", "train", "test", "none"),
+        choices=(*STAGES, "none"),
         default=None,
         help="the split whose reference flow rates calibrate the intervals (split conformal; default val, or the "
         "members' spread where no val fracture has one; a split named here must have them); none: the members' own "
@@ -978,17 +1106,6 @@ def _check_calibration(paths: Sequence[str], split: str, level: float, explicit:
         )
 
 
-def _probability(text: str) -> float:
-    """An argparse type: a number strictly between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text}")
-    return value
-
-
 def _run_evaluate(args: argparse.Namespace) -> int:
     from flowlearn.reporting.ensemble import ensemble_coverage
     from flowlearn.reporting.heldout import held_out, outside_training, verdict_table
@@ -1044,7 +1161,7 @@ def _run_stokes(args: argparse.Namespace) -> int:
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
     check_cores("--processes", settings.processes)
     if args.output is not None:
-        _check_new_output(args.output, [args.data], "the input DATA")
+        _check_new_output(args.output, "fractures", [args.data], "the input DATA")
         check_writable(args.output)
     names = _named_fractures(args.data, args.fracture)
     sources = [read_fracture(args.data, name) for name in names]
@@ -1097,7 +1214,8 @@ def _stokes_arguments(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         type=_path,
-        help="HDF5 file to write the Stokes pressure and flow rate to (flowlearn layout; not DATA)",
+        help="HDF5 file to write the Stokes pressure and flow rate to (flowlearn layout): new, or a fracture file to "
+        "replace (not DATA)",
     )
     p.add_argument(
         "--voxel-size",

@@ -494,8 +494,8 @@ FILE_ROWS = [
     *(
         (
             f"data.path={{{name}}}",
-            f"{{{name}}}: group 'f2': attribute 'voxel_size' is {value}; expected a finite number > 0 (metres per "
-            "voxel), or NaN where it is unknown",
+            f"{{{name}}}: group 'f2': attribute 'voxel_size' is {value}; expected a number in [1e-09, 1] (metres "
+            "per voxel), or NaN where it is unknown",
         )
         for name, value in (("voxel_zero", "0.0"), ("voxel_negative", "-1e-05"), ("voxel_inf", "inf"))
     ),
@@ -1127,8 +1127,14 @@ COMMAND_ROWS = [
         "--margin must be at most 2 on these maps (the widest has 8 columns, and 2 column pairs must remain "
         "between the margins), got 3",
     ),
-    (["check", "{good}", "--tolerance", "0"], "argument --tolerance: must be a number > 0, got 0"),
-    (["check", "{good}", "--tolerance", "nan"], "argument --tolerance: must be a number > 0, got nan"),
+    (
+        ["check", "{good}", "--tolerance", "0"],
+        "argument --tolerance: must be a number in (0, 1] (a fraction: 0.01 is 1 %), got 0.0",
+    ),
+    (
+        ["check", "{good}", "--tolerance", "nan"],
+        "argument --tolerance: must be a number in (0, 1] (a fraction: 0.01 is 1 %), got nan",
+    ),
     (["ensemble", "{good}", "-o", "{tmp}/e.h5"], "PREDICTIONS must be at least 2 files (the members), got 1"),
     (
         ["ensemble", "{good}", "{good}", "-o", "{good}"],
@@ -1548,10 +1554,11 @@ def test_a_full_disk_leaves_the_previous_file_intact(tmp_path, capsys):
     source = _big_dataset(tmp_path / "big.h5")
     with _mounted(tmp_path / "full", "size=100k") as full:
         target = full / "out.h5"
-        target.write_bytes(b"the previous file")
+        write_fractures(target, [_fracture("f0", (8, 8))])  # an earlier output, which convert may replace
+        previous = target.read_bytes()
         status, err = _flowlearn(capsys, "convert", str(source), str(target))
         _one_line(status, err, str(target), "No space left on device")
-        assert target.read_bytes() == b"the previous file"
+        assert target.read_bytes() == previous
         assert os.listdir(full) == ["out.h5"]  # no temporary file left behind
 
 

@@ -174,7 +174,7 @@ def test_check_heads_beyond_any_pressure(data, tmp_path, capsys, inlet, outlet):
     [
         (
             ["check", "{data}", "--tolerance", "inf"],
-            "argument --tolerance: must be a finite number > 0, got inf",
+            "argument --tolerance: must be a number in (0, 1] (a fraction: 0.01 is 1 %), got inf",
         ),
         (
             ["generate", "{tmp}/new.h5", "--tolerance", "inf"],

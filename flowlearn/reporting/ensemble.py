@@ -22,15 +22,18 @@ The baselines do not depend on the model; the first member's are kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
-from flowlearn.data.schema import open_file
-from flowlearn.errors import DataValidationError
+from flowlearn.checks import check_distinct_files, check_setting, is_number, shown
+from flowlearn.data.schema import open_file, same_file
+from flowlearn.errors import DataValidationError, SettingError
+from flowlearn.training.metrics import STAGES
 from flowlearn.training.predictions import (
     FractureFields,
     read_predictions,
@@ -40,6 +43,8 @@ from flowlearn.training.predictions import (
 
 # Fewest members: an interval needs a spread.
 MIN_MEMBERS = 2
+# The splits whose reference flow rates may calibrate the intervals (``calibrate``; None: the members' spread).
+CALIBRATION_SPLITS = STAGES
 # File attributes of an ensemble: the interval's level, how it was made, and its members' files.
 LEVEL = "interval_level"
 INTERVAL = "interval"
@@ -66,6 +71,54 @@ def _check_members(paths: Sequence[Path], members: Sequence[list[FractureFields]
                 )
 
 
+def check_level(level: object) -> float:
+    """``level`` if it is a number in (0, 1) (the share of fractures an interval is to hold), else
+    :class:`SettingError` for ``level``."""
+    check_setting(is_number(level) and 0 < level < 1, "level", "must be a number in (0, 1)", level)
+    return level
+
+
+def check_ensemble(
+    paths: object, level: object, calibrate: object, output: str | os.PathLike | None = None
+) -> list[Path]:
+    """The members' files ``paths`` as paths, after the checks of the arguments of :func:`combine` and
+    :func:`write_ensemble` that read no file; :class:`SettingError` for the argument at fault (its ``field``:
+    ``paths``, ``output``, ``level`` or ``calibrate``), which a command line names by its own option.
+
+    Refused: ``paths`` that is one path (a str would be read character by character) or holds a non-path, fewer
+    than :data:`MIN_MEMBERS` files, an ``output`` that is one of them (writing it would replace a member), one file
+    twice, however named (a spread of zero: an interval of zero width), ``level`` that is no number in (0, 1), and
+    ``calibrate`` neither one of :data:`CALIBRATION_SPLITS` nor None.
+    """
+    if isinstance(paths, str | bytes | os.PathLike):
+        raise SettingError("paths", f"must be a list of predictions files, got one: {os.fsdecode(paths)}")
+    if not isinstance(paths, Iterable):
+        raise SettingError(
+            "paths", f"must be a list of predictions files, got {shown(paths)} ({type(paths).__name__})"
+        )
+    given = list(paths)
+    for path in given:
+        check_setting(isinstance(path, str | os.PathLike), "paths", "must hold file paths", path)
+    check_setting(
+        len(given) >= MIN_MEMBERS, "paths", f"must be at least {MIN_MEMBERS} files (the members)", len(given)
+    )
+    if output is not None:
+        for path in given:
+            if same_file(output, path):
+                link = "a link to " if Path(output).is_symlink() else ""
+                raise SettingError("output", f"{output} is {link}one of the members: give a new file")
+    # As given, so that the message shows both names of one file.
+    check_distinct_files("paths", given, "the members must be different runs")
+    check_level(level)
+    check_setting(
+        calibrate is None or calibrate in CALIBRATION_SPLITS,
+        "calibrate",
+        f"must be one of {', '.join(CALIBRATION_SPLITS)} or None",
+        calibrate,
+    )
+    return [Path(path) for path in given]
+
+
 def combine(
     paths: Sequence[str | Path], level: float = 0.9, calibrate: str | None = "val"
 ) -> tuple[list[FractureFields], str]:
@@ -73,14 +126,15 @@ def combine(
     and how its intervals were made (a line for the file and for ``flowlearn evaluate``).
 
     Raises:
-        ValueError: fewer than :data:`MIN_MEMBERS` files, or ``level`` outside (0, 1).
+        SettingError: an argument :func:`check_ensemble` refuses (fewer than :data:`MIN_MEMBERS` files, one file
+            twice, ``level`` outside (0, 1), an unknown ``calibrate``), naming it.
         DataValidationError: a file that is not a predictions file, or whose fractures differ from the first's.
     """
-    paths = [Path(p) for p in paths]
-    if len(paths) < MIN_MEMBERS:
-        raise ValueError(f"an ensemble needs at least {MIN_MEMBERS} predictions files, got {len(paths)}")
-    if not 0 < level < 1:
-        raise ValueError(f"the interval's level must be in (0, 1), got {level}")
+    return _combine(check_ensemble(paths, level, calibrate), level, calibrate)
+
+
+def _combine(paths: list[Path], level: float, calibrate: str | None) -> tuple[list[FractureFields], str]:
+    """:func:`combine` of checked arguments."""
     members = [read_predictions(path) for path in paths]
     _check_members(paths, members)
     k = len(members)
@@ -123,9 +177,14 @@ def write_ensemble(
     paths: Sequence[str | Path], output: str | Path, level: float = 0.9, calibrate: str | None = "val"
 ) -> int:
     """Combine the predictions files ``paths`` (:func:`combine`) and write the ensemble to ``output``, a predictions
-    file that ``flowlearn evaluate`` and the figures read like any other; returns the number of fractures."""
-    fields, how = combine(paths, level, calibrate)
-    members = [str(Path(p)) for p in paths]
+    file that ``flowlearn evaluate`` and the figures read like any other; returns the number of fractures.
+
+    Raises:
+        SettingError: as :func:`combine`, and an ``output`` that is one of the members (``output``).
+    """
+    paths = check_ensemble(paths, level, calibrate, output)
+    fields, how = _combine(paths, level, calibrate)
+    members = [str(p) for p in paths]
     attributes = {LEVEL: level, MEMBERS: members, INTERVAL: how}
     return write_fields(output, fields, training_statistics(paths[0]), **attributes)
 

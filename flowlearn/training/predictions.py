@@ -298,6 +298,19 @@ def read_predictions(path: str | Path, split: str | None = None) -> list[Fractur
         ]
 
 
+def holds_predictions(f: h5py.File, path: str | Path) -> bool:
+    """Whether the open HDF5 file ``f`` (read from ``path``) is a predictions file by the checks
+    :func:`read_predictions` makes on every group before it reads a field (:func:`_check_group`): it has groups,
+    each with the attributes and the ``pressure`` of a predictions group. No field is read: this tells a predictions
+    file from other HDF5 files (a fracture file), it does not validate one."""
+    try:
+        for name, group in f.items():
+            _check_group(path, name, group)
+    except DataValidationError:
+        return False
+    return len(f) > 0
+
+
 def _text_attribute(
     path: str | Path, name: str, attrs: dict[str, Any], attribute: str, allowed: Sequence[str]
 ) -> str:
