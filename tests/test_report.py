@@ -249,3 +249,15 @@ def test_the_verdict_names_the_best_closed_form_and_counts_fractures_without_flo
 def test_evaluate_without_fractures_of_the_split_is_one_line(flowlearn, run):
     status, _, err = flowlearn("evaluate", str(run / "predictions.h5"), "--split", "predict")
     assert status == 2 and "no fracture of split 'predict'" in err
+
+
+def test_a_run_whose_metrics_hold_no_curve_is_reported_without_curves(flowlearn, run, tmp_path):
+    # A metrics.csv of epochs and steps alone (a run stopped before logging a metric) gave plot_curves nothing to
+    # draw: an empty figure once, a traceback once plot_curves refused it.
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    (copy / "metrics.csv").write_text("epoch,step\n0,0\n")
+    status, _, err = flowlearn("report", str(copy), "--output", str(tmp_path / "out"), "--dpi", "50")
+    assert status == 0, err
+    figures = {path.stem for path in (tmp_path / "out" / "figures").iterdir()}
+    assert "curves" not in figures and {"aperture", "correction", "pressure"} <= figures

@@ -279,6 +279,16 @@ def plot_error(fields: FractureFields) -> Figure:
     return fig
 
 
+def _curve_columns() -> list[str]:
+    """The columns of ``metrics.csv`` that :func:`plot_curves` draws."""
+    return [LOSS] + [
+        column(stage, metric, baseline)
+        for stages, metric in ((HELD_OUT, MSE), (STAGES, REL_ERR_MEAN))
+        for stage in stages
+        for baseline in (None, COMPARED)
+    ]
+
+
 def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
     """Training curves from the columns of ``metrics.csv`` (see :func:`flowlearn.reporting.runs.read_metrics`).
 
@@ -290,12 +300,7 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
     Raises:
         ValueError: ``columns`` holds none of the metrics drawn (the figure would be empty).
     """
-    drawn = [LOSS] + [
-        column(stage, metric, baseline)
-        for stages, metric in ((HELD_OUT, MSE), (STAGES, REL_ERR_MEAN))
-        for stage in stages
-        for baseline in (None, COMPARED)
-    ]
+    drawn = _curve_columns()
     if not any(name in columns for name in drawn):
         names = sorted(columns)
         got = f"columns {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}" if names else "no column"
@@ -417,8 +422,8 @@ def figure_set(
     fields: Sequence[FractureFields], columns: Mapping[str, np.ndarray] | None = None
 ) -> dict[str, Figure]:
     """Every figure of a run, keyed by file stem: ``aperture``, ``correction``, ``pressure``, ``error`` (of the
-    :func:`showcase` fracture, when it has a reference pressure), ``curves`` (when ``columns`` are given) and
-    ``gallery`` (when the run holds more than one held-out fracture)."""
+    :func:`showcase` fracture, when it has a reference pressure), ``curves`` (when ``columns`` hold a metric it
+    draws) and ``gallery`` (when the run holds more than one held-out fracture)."""
     shown = showcase(fields)
     figures = {
         "aperture": plot_aperture(shown),
@@ -427,7 +432,8 @@ def figure_set(
     }
     if shown.pressure_reference is not None:
         figures["error"] = plot_error(shown)
-    if columns is not None:
+    # A metrics.csv that logged no metric drawn (only epoch and step) has no curves to show.
+    if columns is not None and any(name in columns for name in _curve_columns()):
         figures["curves"] = plot_curves(columns)
     held_out = [f for f in fields if f.split in HELD_OUT]
     if len(held_out) > 1:
