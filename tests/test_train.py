@@ -225,6 +225,11 @@ def test_a_callback_set_to_null_is_left_out(dataset, tmp_path):
     assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "figures").exists()
     assert not list(tmp_path.rglob("*.ckpt"))
     assert "Epoch 0" not in result.stderr  # the progress bar's line
+    # A run without checkpoints is a choice, said once: predict and report need a checkpoint.
+    assert (
+        "callbacks.model_checkpoint is left out: this run keeps no checkpoint"
+        in (tmp_path / "train.log").read_text()
+    )
 
 
 # Slow (~30 s): submitit's local executor; tests/test_slurm.py submits sweeps through the same launcher code.

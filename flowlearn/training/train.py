@@ -189,6 +189,10 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     # Without its callback, no checkpoints and no progress bar: Lightning would otherwise add its own defaults.
     if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
         options["enable_checkpointing"] = False
+        log.warning(
+            "callbacks.model_checkpoint is left out: this run keeps no checkpoint, so it cannot be resumed, and "
+            "flowlearn predict and report cannot use it"
+        )
     if not any(isinstance(c, ProgressBar) for c in callbacks):
         options["enable_progress_bar"] = False
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger, **options)
