@@ -196,6 +196,26 @@ def check_distinct_names(option: str, paths: Sequence[object]) -> None:
         stems[stem] = path
 
 
+def same_file(one: str | os.PathLike, other: str | os.PathLike) -> bool:
+    """Whether the paths ``one`` and ``other`` name one file, however named (``./a.h5``, a symbolic link, a hard
+    link): where writing one would replace the other."""
+    try:
+        return Path(one).resolve() == Path(other).resolve() or os.path.samefile(one, other)
+    except OSError:  # one of them absent: not the same existing file
+        return False
+
+
+def check_not_input(
+    output: str | os.PathLike, inputs: Sequence[str | os.PathLike], inputs_are: str, option: str
+) -> None:
+    """Raise :class:`SettingError` naming ``option`` where the file ``output`` is one of ``inputs`` (:func:`same_file`),
+    which writing it would replace; ``inputs_are`` says what they are ("one of the inputs")."""
+    for path in inputs:
+        if same_file(output, path):
+            link = "a link to " if Path(output).is_symlink() else ""
+            raise SettingError(option, f"{output} is {link}{inputs_are}: give a new file")
+
+
 def check_distinct_files(option: str, paths: Sequence[object], why: str) -> None:
     """Raise :class:`SettingError` naming ``option`` where one file is among ``paths`` twice, however named
     (``a.h5`` and ``./a.h5``, or a link to it); ``why`` says what giving it twice would do."""

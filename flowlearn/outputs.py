@@ -10,6 +10,7 @@ import codecs
 from collections.abc import Sequence
 from pathlib import Path
 
+from flowlearn.checks import check_not_input
 from flowlearn.errors import USER_ERRORS, DataValidationError, SettingError
 
 # The kinds of file a command writes, as a refusal to replace a file of another kind names them.
@@ -35,13 +36,8 @@ def check_new_output(
       data file named by mistake would be lost. A file of the kind (an earlier output), or an empty one, is
       replaced.
     """
-    from flowlearn.data.schema import same_file
-
+    check_not_input(output, inputs, inputs_are, option)
     target = Path(output)
-    for path in inputs:
-        if same_file(target, path):
-            link = "a link to " if target.is_symlink() else ""
-            raise SettingError(option, f"{output} is {link}{inputs_are}: give a new file")
     owned = _run_file(target, run_dir)
     if owned:
         raise SettingError(option, f"{output} is {owned}: give a new file")

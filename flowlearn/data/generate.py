@@ -38,6 +38,7 @@ from flowlearn.data.departure import lcl_flow_rate
 from flowlearn.data.lbm import (
     DEPTH_QUANTUM,
     LBMSettings,
+    largest_reservoir,
     least_box_bytes,
     library_versions,
     pick_target,
@@ -127,12 +128,11 @@ class DatasetConfig:
         needed = least_box_bytes(shape, aperture, reservoir)
         if needed <= memory:
             return
-        # Bytes of one column of the box at this aperture, and of one quantum of depth of the whole box.
-        column = least_box_bytes((shape[0], 1), aperture, 0)
+        # Bytes of one quantum of depth of the whole box.
         quantum = least_box_bytes(shape, DEPTH_QUANTUM, reservoir)
         if least_box_bytes(shape, aperture, 0) <= memory:
             field, value = "reservoir", reservoir
-            advice = f"use a reservoir of at most {(memory // column - shape[1]) // 2} columns"
+            advice = f"use a reservoir of at most {largest_reservoir(shape, aperture, memory)} columns"
         elif least_box_bytes(shape, 0, reservoir) <= memory:
             field, value = "mean_aperture", aperture
             fitting = DEPTH_QUANTUM * (memory // quantum)

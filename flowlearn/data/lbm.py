@@ -252,6 +252,12 @@ def least_box_bytes(shape: tuple[int, int], depth: float, reservoir: int) -> int
     return 2 * height * (width + 2 * reservoir) * depth * BYTES_PER_CELL
 
 
+def largest_reservoir(shape: tuple[int, int], depth: float, memory: int) -> int:
+    """The most reservoir columns at each end for which the box of a map of ``shape`` (H, W) and ``depth`` voxels
+    fits in ``memory`` bytes (:func:`least_box_bytes`; negative where even none do)."""
+    return (memory // least_box_bytes((shape[0], 1), depth, 0) - shape[1]) // 2
+
+
 def check_box_memory(shape: tuple[int, int, int], reservoir: int) -> None:
     """Raise :class:`ProblemError` where the run of a fluid box of ``shape`` (H, W, D) voxels with
     ``reservoir`` columns at each end would need more memory than this machine has available
@@ -263,8 +269,7 @@ def check_box_memory(shape: tuple[int, int, int], reservoir: int) -> None:
         return
     advice = "solve a smaller map or a thinner gap"
     if least_box_bytes((height, width), depth, 0) <= memory:
-        column_bytes = least_box_bytes((height, 1), depth, 0)
-        advice = f"use a reservoir of at most {(memory // column_bytes - width) // 2} columns"
+        advice = f"use a reservoir of at most {largest_reservoir((height, width), depth, memory)} columns"
     raise ProblemError(
         f"the LBM box of this {height}x{width}x{depth}-voxel map with reservoirs of {reservoir} columns at each "
         f"end needs {needed / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB available: {advice}"

@@ -60,7 +60,7 @@ from typing import Any, Literal
 import h5py
 import numpy as np
 
-from flowlearn.checks import VOXEL_SIZE, available_memory, nonfinite, shown
+from flowlearn.checks import VOXEL_SIZE, available_memory, nonfinite, same_file, shown
 from flowlearn.errors import DataValidationError, OutputError
 
 SCHEMA_NAME = "flowlearn-fractures"
@@ -1025,15 +1025,6 @@ def _left_out_by_original(fractures: Sequence[Fracture], attrs: dict[str, Any]) 
     return left_out + (["float64 precision (it stores float32)"] if wide else [])
 
 
-def same_file(one: str | os.PathLike, other: str | os.PathLike) -> bool:
-    """Whether the paths ``one`` and ``other`` name one file, however named (``./a.h5``, a symbolic link, a hard
-    link): where writing one would replace the other."""
-    try:
-        return Path(one).resolve() == Path(other).resolve() or os.path.samefile(one, other)
-    except OSError:  # one of them absent: not the same existing file
-        return False
-
-
 def convert(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -1048,7 +1039,7 @@ def convert(
     rate, walls, provenance, recipe, float64) is left out, and ``note`` is given one line naming it, once ``dst``
     is written. Refusing those too would refuse every file ``flowlearn generate`` writes, and with it the original
     layout, whose readers (the original work's) use the aperture and reference pressure alone, which are kept.
-    ``dst`` may not be ``src`` (:func:`same_file`), which writing would replace before it was read in full.
+    ``dst`` may not be ``src`` (:func:`~flowlearn.checks.same_file`), which writing would replace before it was read in full.
 
     Returns the number of fractures written.
     """

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from flowlearn.checks import check_distinct_files, check_setting, is_number, shown
-from flowlearn.data.schema import open_file, same_file
+from flowlearn.checks import check_distinct_files, check_not_input, check_setting, is_number, shown
+from flowlearn.data.schema import open_file
 from flowlearn.errors import DataValidationError, SettingError
 from flowlearn.training.metrics import STAGES
 from flowlearn.training.predictions import (
@@ -103,10 +103,7 @@ def check_ensemble(
         len(given) >= MIN_MEMBERS, "paths", f"must be at least {MIN_MEMBERS} files (the members)", len(given)
     )
     if output is not None:
-        for path in given:
-            if same_file(output, path):
-                link = "a link to " if Path(output).is_symlink() else ""
-                raise SettingError("output", f"{output} is {link}one of the members: give a new file")
+        check_not_input(output, given, "one of the members", "output")
     # As given, so that the message shows both names of one file.
     check_distinct_files("paths", given, "the members must be different runs")
     check_level(level)
