@@ -743,6 +743,12 @@ GENERATE_ROWS = [
     (["--hurst", "1.5"], "--hurst must be in (0, 1], got 1.5"),
     (["--hurst", "nan"], "--hurst must be a number or a pair low <= high, got nan"),
     (["--recipe", "winding", "--rms-ratio", "-1"], "--rms-ratio must be >= 0, got -1.0"),
+    # Walls 1e6 mean apertures high had made a box of millions of voxels across the gap.
+    (
+        ["--recipe", "winding", "--rms-ratio", "0.1", "1e6"],
+        "--rms-ratio must keep the walls' rms height within the map's longest side (64 pixels): at most 8 for a "
+        "mean aperture of 8 pixels, got (0.1, 1000000.0)",
+    ),
     (["--recipe", "marble"], "argument --recipe: invalid choice: 'marble'"),
     (["--rms-ratio", "0.2"], "--rms-ratio is not a setting of --recipe published"),
     (
@@ -1636,6 +1642,32 @@ def test_train_py_exits_2_with_one_line(files, tmp_path, overrides, message):
         "train.py", f"hydra.run.dir={tmp_path / 'run'}", f"data.path={files['good']}", *overrides
     )
     _one_line(result.returncode, result.stderr, message)
+
+
+def test_a_refused_run_says_why_in_its_folder(files, tmp_path):
+    # Hydra makes the run folder before the run starts; it had held only .hydra/ and an empty train.log.
+    run_dir = tmp_path / "run"
+    line = "error: seed must be an integer in [0, 4294967295], got 'abc'"
+    result = _process("train.py", f"hydra.run.dir={run_dir}", f"data.path={files['good']}", "seed=abc")
+    _one_line(result.returncode, result.stderr, line)
+    assert (run_dir / "error.txt").read_text() == f"{line}\n"
+    report = _process("-m", "flowlearn.cli", "report", str(run_dir))
+    _one_line(
+        report.returncode,
+        report.stderr,
+        f"{run_dir}: the run failed: seed must be an integer in [0, 4294967295], got 'abc'",
+    )
+
+
+def test_a_run_in_the_folder_of_a_refused_one_removes_its_record(files, tmp_path, capsys, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "error.txt").write_text("error: an earlier refusal\n")
+    status, err = _train_checks(
+        tmp_path, capsys, monkeypatch, [f"data.path={files['good']}", "~callbacks.figures"]
+    )
+    assert status == 0, err
+    assert (run_dir / "predictions.h5").is_file() and not (run_dir / "error.txt").exists()
 
 
 def test_a_flow_along_y_is_refused_by_training_and_predict(trained_runs, tmp_path, capsys, monkeypatch):

@@ -69,18 +69,36 @@ def test_an_lbm_box_beyond_the_memory_names_its_sizes_and_the_reservoir_that_fit
     assert re.search(r"GiB available: use a reservoir of at most \d+ columns$", message), message
 
 
-def test_rough_walls_whose_box_exceeds_the_memory_are_refused_before_it_is_allocated():
-    # numpy's "Maximum allowed size exceeded" at 1e300; 1e6 had allocated a 4.6 GB box of bool quietly.
-    walls = rough_fracture(
-        RoughnessParams((32, 32), 0.8, rms=1e300, mean_aperture=4.0, mismatch_length=16.0, seed=0)
-    )
+def test_walls_whose_box_exceeds_the_memory_are_refused_before_it_is_allocated():
+    # numpy's "Maximum allowed size exceeded" at 1e300; walls given as arrays pass no RoughnessParams check.
+    bottom, top = np.zeros((32, 32)), np.full((32, 32), 4.0)
+    top[5, 7] = 1e300
     with pytest.raises(
-        ProblemError, match=r"^walls from z = -\S+ to \S+ voxels make a 32x32x\S+-voxel box"
+        ProblemError, match=r"^walls from z = 0 to 1e\+300 voxels make a 32x32x1e\+300-voxel box"
     ) as error:
-        voxelize(walls.bottom, walls.top)
+        voxelize(bottom, top)
     assert "GiB available: lower the walls' rms height (rms) or their separation (mean_aperture)" in str(
         error.value
     )
+
+
+@pytest.mark.parametrize("field", ["rms", "mean_aperture"])
+@pytest.mark.parametrize("value", [1e6, 1e300, 32.5, -1.0])
+def test_wall_heights_beyond_the_map_are_refused(field, value):
+    # rms=1e6 on a 32x32 map had built a 32x32x4.5e6-voxel box (4.3 GiB) wherever the memory allowed it.
+    settings = {"rms": 1.0, "mean_aperture": 4.0, field: value}
+    with pytest.raises(SettingError) as error:
+        RoughnessParams((32, 32), 0.8, mismatch_length=16.0, seed=0, **settings)
+    assert str(error.value) == (f"{field} must be in [0, 32] pixels (the map's longest side), got {value!r}")
+
+
+def test_wall_heights_up_to_the_longest_side_make_walls():
+    walls = rough_fracture(
+        RoughnessParams((16, 32), 0.8, rms=32, mean_aperture=32, mismatch_length=8.0, seed=0)
+    )
+    # The generator's convention: the two walls' mean variance is rms², about mean planes mean_aperture apart.
+    assert np.sqrt((walls.bottom.var() + walls.top.var()) / 2) == pytest.approx(32, rel=1e-9)
+    assert np.mean(walls.top) - np.mean(walls.bottom) == pytest.approx(32, rel=1e-9)
 
 
 # ------------------------------------------------------------------------------------- the sizes of a box

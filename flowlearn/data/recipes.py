@@ -246,6 +246,13 @@ class Winding(Recipe):
 
     def check(self, shape: tuple[int, int], mean_aperture: float) -> None:
         longest = max(shape)
+        check_setting(
+            as_range(self.rms_ratio)[1] * mean_aperture <= longest,
+            "rms_ratio",
+            f"must keep the walls' rms height within the map's longest side ({longest} pixels): at most "
+            f"{longest / mean_aperture:g} for a mean aperture of {mean_aperture:g} pixels",
+            self.rms_ratio,
+        )
         shortest = as_range(self.wavelength_ratio)[1] * mean_aperture
         check_setting(
             shortest < longest,

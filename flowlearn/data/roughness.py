@@ -62,13 +62,17 @@ class RoughnessParams:
     def __post_init__(self) -> None:
         shape = check_map_shape(self.shape)
         check_setting(is_number(self.hurst) and 0 < self.hurst <= 1, "hurst", "must be in (0, 1]", self.hurst)
-        check_setting(is_number(self.rms) and self.rms >= 0, "rms", "must be >= 0", self.rms)
-        check_setting(
-            is_number(self.mean_aperture) and self.mean_aperture >= 0,
-            "mean_aperture",
-            "must be >= 0",
-            self.mean_aperture,
-        )
+        # Heights beyond the map's extent make no fracture: walls whose rms height, or whose separation, exceeds
+        # the longest side rise more steeply than any rock surface, and their voxel box outgrows the map.
+        side = max(shape)
+        for name in ("rms", "mean_aperture"):
+            value = getattr(self, name)
+            check_setting(
+                is_number(value) and 0 <= value <= side,
+                name,
+                f"must be in [0, {side}] pixels (the map's longest side)",
+                value,
+            )
         check_setting(
             isinstance(self.mismatch_length, int | float) and self.mismatch_length > 0,
             "mismatch_length",

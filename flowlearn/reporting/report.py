@@ -30,8 +30,8 @@ from flowlearn.reporting.runs import (
     sweep_runs,
 )
 from flowlearn.training import metrics
+from flowlearn.training.failures import run_error
 from flowlearn.training.predictions import read_predictions
-from flowlearn.training.slurm import run_error
 
 # How the trained model is named in the metrics table.
 MODEL_LABEL = "learned"
@@ -147,8 +147,8 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     """Write the figure set and ``report.md`` of one finished run; returns the report's path.
 
     Raises:
-        RunDirectoryError: the directory does not exist or lacks a checkpoint, metrics, config or predictions, or
-            its config or metrics cannot be read.
+        RunDirectoryError: the directory does not exist, holds a failed run (its ``error.txt`` says why), or
+            lacks a checkpoint, metrics, config or predictions, or its config or metrics cannot be read.
         DataValidationError: its predictions.h5 is no predictions file (empty, truncated, of other contents), or
             a group of it breaks the schema (:func:`~flowlearn.training.predictions.read_predictions`).
         OutputError: ``output`` cannot be written (a read-only place, a full disk, a file in the way).
@@ -158,6 +158,9 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunDirectoryError(f"{run_dir}: no such directory")
+    error = run_error(run_dir)
+    if error:
+        raise RunDirectoryError(f"{run_dir}: the run failed: {error.removeprefix('error: ')}")
     missing = missing_outputs(run_dir)
     if missing:
         raise RunDirectoryError(f"{run_dir}: not a finished run; missing {', '.join(missing)}")

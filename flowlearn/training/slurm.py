@@ -38,16 +38,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowlearn.data.cluster import check_cluster
 from flowlearn.errors import UnavailableError, UserErrorExit
+from flowlearn.training.failures import clear_error, record_error
 
 log = logging.getLogger(__name__)
-
-ERROR_FILE = "error.txt"
-
-
-def run_error(run_dir: str | Path) -> str | None:
-    """The error a failed run recorded in ``<run_dir>/error.txt``, one line; None when it recorded none."""
-    path = Path(run_dir) / ERROR_FILE
-    return path.read_text().strip().replace("\n", "; ") if path.is_file() else None
 
 
 class _RecordFailure:
@@ -64,7 +57,7 @@ class _RecordFailure:
 
     def __call__(self, cfg: DictConfig) -> Any:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        (run_dir / ERROR_FILE).unlink(missing_ok=True)  # from an earlier attempt of a requeued job
+        clear_error(run_dir)  # from an earlier attempt of a requeued job
         try:
             return self.task_function(cfg)
         except SystemExit as stop:
@@ -73,31 +66,17 @@ class _RecordFailure:
             if stop.code in (None, 0, -1):
                 raise
             if isinstance(stop, UserErrorExit):
-                message = stop.message  # already printed, into the job's log
+                message = stop.message  # already printed, into the job's log, and recorded by the run
             else:
                 message = stop.code if isinstance(stop.code, str) else f"exited with status {stop.code}"
                 print(message, file=sys.stderr)
-            _record(run_dir, message)
+                record_error(run_dir, message)
             # The sweep reports it as a user error of its own, "error: " and all.
             raise CompactHydraException(message.removeprefix("error: ")) from None
         except Exception as error:
             traceback.print_exc()  # into the job's log; the sweep gets the exception itself
-            _record(run_dir, f"{type(error).__name__}: {error}")
+            record_error(run_dir, f"{type(error).__name__}: {error}")
             raise
-
-
-def _record(run_dir: Path, message: str) -> None:
-    """Write a failed run's ``error.txt`` (from rank 0 only): its error and, for a submitit job, the job's log file
-    (a run in the sweep's own process printed its error where the sweep prints)."""
-    import submitit
-
-    try:
-        env = submitit.JobEnvironment()
-    except RuntimeError:  # not a submitit job
-        (run_dir / ERROR_FILE).write_text(f"{message}\n")
-        return
-    if env.global_rank == 0:
-        (run_dir / ERROR_FILE).write_text(f"{message}\nlog: {env.paths.stderr}\n")
 
 
 class _RecordsFailures:

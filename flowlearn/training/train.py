@@ -30,13 +30,14 @@ from flowlearn.data.inputs import require_inputs
 from flowlearn.data.reference_error import recorded_error
 from flowlearn.data.schema import list_fractures, read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, statistic_ranges
-from flowlearn.errors import USER_ERRORS, ConfigError
+from flowlearn.errors import USER_ERRORS, ConfigError, UserErrorExit
 from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.reporting.heldout import closing_line
 from flowlearn.training.build import build_correction, model_dtype, model_inputs
 from flowlearn.training.checkpoints import prepare_outputs
 from flowlearn.training.config import check_run_groups, exit_with_user_error, validate_config
 from flowlearn.training.console import quiet_lightning
+from flowlearn.training.failures import clear_error, record_error
 from flowlearn.training.metrics import LOSS
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import write_predictions
@@ -53,14 +54,22 @@ _REFUSED_ARGUMENTS = (ValueError, TypeError, ImportError, MisconfigurationExcept
 
 
 def run(cfg: DictConfig) -> float | None:
-    """Hydra entry point: train into Hydra's output directory; user errors exit with one line on stderr."""
+    """Hydra entry point: train into Hydra's output directory. A user error exits with one line on stderr, which
+    the run directory keeps in ``error.txt`` (:mod:`flowlearn.training.failures`): the folder Hydra made then says
+    why the run stopped."""
+    run_dir = HydraConfig.get().runtime.output_dir
+    clear_error(run_dir)
     try:
-        metrics = train(cfg, HydraConfig.get().runtime.output_dir)
+        metrics = train(cfg, run_dir)
     except Exception as error:
         cause = _user_error(error)
         if cause is None:
             raise
-        exit_with_user_error(cause)
+        try:
+            exit_with_user_error(cause)
+        except UserErrorExit as stop:
+            record_error(run_dir, stop.message)
+            raise
     return metrics.get("val/mse")
 
 
