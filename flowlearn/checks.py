@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,8 +65,17 @@ def nonfinite(
 
 
 def is_number(value: object) -> bool:
-    """Whether ``value`` is a finite real number (an int or float, not a bool)."""
+    """Whether ``value`` is a finite real number (an int or float, not a bool): what a setting may be, which is
+    written into JSON provenance and YAML configs as given (a numpy scalar would not serialise)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_real(value: object) -> bool:
+    """Whether ``value`` is a finite real number, numpy scalars included (an element of an array, a grid's
+    coordinate), not a bool."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
+        return False
+    return isinstance(value, numbers.Integral) or math.isfinite(value)  # an int beyond float64 is finite too
 
 
 def is_integer(value: object) -> bool:

@@ -26,7 +26,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from flowlearn.checks import available_memory, shown
+from flowlearn.checks import available_memory, is_real, shown
 from flowlearn.errors import ProblemError
 
 ArrayOrTensor = TypeVar("ArrayOrTensor", np.ndarray, torch.Tensor)
@@ -40,13 +40,6 @@ def check_argument(ok: bool, name: str, expected: str, value: object) -> None:
     """Raise :class:`ProblemError` ``"<name> must be <expected>, got <value>"`` unless ``ok``."""
     if not ok:
         raise ProblemError(f"{name} must be {expected}, got {shown(value)}")
-
-
-def is_real(value: object) -> bool:
-    """Whether ``value`` is a finite real number: a Python or numpy int or float, not a bool."""
-    if not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
-        return False
-    return isinstance(value, numbers.Integral) or math.isfinite(value)  # an int beyond float64 is finite too
 
 
 def _sequence(value: object, integers: bool = False) -> bool:

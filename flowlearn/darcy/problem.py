@@ -17,9 +17,9 @@ from functools import cached_property
 import numpy as np
 from scipy import ndimage
 
-from flowlearn.checks import nonfinite, shown
+from flowlearn.checks import is_real, nonfinite, shown
 from flowlearn.darcy.assembly import SystemLayout
-from flowlearn.darcy.grid import Grid, check_argument, is_real
+from flowlearn.darcy.grid import Grid, check_argument
 from flowlearn.errors import DisconnectedRegionError, ProblemError
 
 _MAX_LISTED_REGIONS = 5
