@@ -99,6 +99,14 @@ def test_reading_one_fracture_through_a_soft_link_is_refused(data):
         read_fracture(data, "f2")
 
 
+def _check_with_attribute(data, capsys, name: str, value: float) -> tuple[int, str]:
+    """(exit status, stderr) of ``flowlearn check`` on ``data`` with fracture f1's attribute ``name`` set to
+    ``value``."""
+    with h5py.File(data, "a") as f:
+        f["f1"].attrs[name] = value
+    return _flowlearn(capsys, "check", str(data))
+
+
 # ------------------------------------------------------------------------------------- voxel size (rows 8, 38)
 
 
@@ -106,12 +114,8 @@ def test_reading_one_fracture_through_a_soft_link_is_refused(data):
 def test_a_voxel_size_in_no_physical_range_is_named(data, capsys, voxel):
     """Row 8: 1e300 m was accepted and overflowed in the inclination (dropping fields from the predictions); row 38:
     1e-300 m and 1e-12 m were blamed on the apertures."""
-    with h5py.File(data, "a") as f:
-        f["f1"].attrs["voxel_size"] = voxel
-    status, err = _flowlearn(capsys, "check", str(data))
     _one_line(
-        status,
-        err,
+        *_check_with_attribute(data, capsys, "voxel_size", voxel),
         f"{data}: group 'f1': attribute 'voxel_size' is {voxel!r}; expected a number in [1e-09, 1] (metres per "
         "voxel), or NaN where it is unknown",
     )
@@ -128,12 +132,8 @@ def test_a_voxel_size_in_no_physical_range_is_named(data, capsys, voxel):
 def test_a_flow_rate_in_another_unit_is_named_before_training(data, capsys, flow_rate, ratio):
     """Row 9: 1e-300 diverged a training (blamed on the learning rate), 1e300 trained without a word; a flow rate in
     voxels³ instead of m³ is 1e15 times the plates'."""
-    with h5py.File(data, "a") as f:
-        f["f1"].attrs["flow_rate"] = flow_rate
-    status, err = _flowlearn(capsys, "check", str(data))
     _one_line(
-        status,
-        err,
+        *_check_with_attribute(data, capsys, "flow_rate", flow_rate),
         f"{data}: group 'f1': attribute 'flow_rate' is {flow_rate:.6g}, {ratio} times the flow rate {PLATES:.3g} of "
         f"parallel plates of its mean aperture 0.0001 under its head drop 1; expected within [1e-06, 1e+06] times "
         "it (a flow rate in another unit?)",

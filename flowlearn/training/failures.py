@@ -7,6 +7,7 @@ a run that starts again in the same directory (a requeued job, a run repeated th
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 ERROR_FILE = "error.txt"
@@ -41,7 +42,5 @@ def record_error(run_dir: str | Path, message: str) -> None:
             return
         text = f"{message}\nlog: {env.paths.stderr}\n"
     if path.parent.is_dir():
-        try:
+        with contextlib.suppress(OSError):
             path.write_text(text)
-        except OSError:
-            pass

@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flowlearn.data.cluster import check_cluster
 from flowlearn.errors import UnavailableError, UserErrorExit
-from flowlearn.training.failures import clear_error, record_error
+from flowlearn.training.failures import record_error
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,7 @@ class _RecordFailure:
         self.task_function = task_function
 
     def __call__(self, cfg: DictConfig) -> Any:
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
-        clear_error(run_dir)  # from an earlier attempt of a requeued job
+        run_dir = Path(HydraConfig.get().runtime.output_dir)  # the run clears an earlier attempt's record
         try:
             return self.task_function(cfg)
         except SystemExit as stop:

@@ -58,7 +58,7 @@ def run(cfg: DictConfig) -> float | None:
     the run directory keeps in ``error.txt`` (:mod:`flowlearn.training.failures`): the folder Hydra made then says
     why the run stopped."""
     run_dir = HydraConfig.get().runtime.output_dir
-    clear_error(run_dir)
+    clear_error(run_dir)  # an earlier attempt's (a requeued job, a run repeated in its folder)
     try:
         metrics = train(cfg, run_dir)
     except Exception as error:
