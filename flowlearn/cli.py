@@ -233,7 +233,12 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
             help=f"{text}{': one value, or LOW HIGH to draw one per fracture' if ranged else ''} ({defaults})",
         )
     g = p.add_argument_group("dataset")
-    g.add_argument("--seed", type=int, default=d.seed, help="seed of the first fracture (then +1 each)")
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=d.seed,
+        help="seed of the first fracture (then +1 each); files trained on together need ranges that do not overlap",
+    )
     g.add_argument(
         "--voxel-size", type=float, default=d.voxel_size, help=f"metres per voxel, in {_voxel_range()}"
     )

@@ -34,10 +34,16 @@ from flowlearn.training.config import hydra_errors_as_one_line
 from flowlearn.training.train import run
 
 
-def _fracture(name: str, shape: tuple[int, int] = (6, 8), **fields) -> Fracture:
-    """A uniform fracture with the linear pressure from inlet 2 to outlet 1."""
+def _fracture(name: str, shape: tuple[int, int] = (6, 8), aperture: float = 1e-4, **fields) -> Fracture:
+    """Parallel plates ``aperture`` (m) apart with the linear pressure from inlet 2 to outlet 1."""
     pressure = np.tile(2 - np.arange(shape[1]) / (shape[1] - 1), (shape[0], 1))
-    return Fracture(name, np.full(shape, 1e-4), pressure, voxel_size=1e-5, **fields)
+    return Fracture(name, np.full(shape, aperture), pressure, voxel_size=1e-5, **fields)
+
+
+def _plates(count: int, **fields) -> list[Fracture]:
+    """``count`` fractures f0, f1, ... of :func:`_fracture`, each its own map (a dataset holds each map once):
+    apertures 0.8e-4, 0.9e-4, 1e-4 (f2, which the bad files of the tables edit), ..."""
+    return [_fracture(f"f{i}", aperture=(8 + i) * 1e-5, **fields) for i in range(count)]
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +51,10 @@ def files(tmp_path_factory) -> dict[str, Path]:
     """A good small dataset and the bad files of the tables, by name."""
     base = tmp_path_factory.mktemp("files")
     good = base / "good.h5"
-    write_fractures(good, [_fracture(f"f{i}") for i in range(4)])
+    write_fractures(good, _plates(4))
     made = {name: base / f"{name}.h5" for name in ("folder", "empty", "text", "truncated", "corrupt")}
     made["good"] = good
+    made["good_copy"] = shutil.copy(good, base / "good_copy.h5")
     made["folder"].mkdir()
     made["cases"] = base / "cases"
     (made["cases"] / "f0").mkdir(parents=True)  # a case folder left by an earlier `flowlearn stokes`
@@ -134,6 +141,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "float_mask": lambda g: g.create_dataset("mask", data=np.ones((6, 8))),
         "int_mask": lambda g: g.create_dataset("mask", data=np.ones((6, 8), dtype=np.int8)),
         "huge": _declare_huge_aperture,
+        # f1's map again under f2's name.
+        "twins": lambda g: g["aperture"].__setitem__(Ellipsis, 9e-5),
     }.items():
         made[name] = base / f"{name}.h5"
         shutil.copy(good, made[name])
@@ -453,6 +462,14 @@ FILE_ROWS = [
     ("data.path={folder}", "data.path: {folder} is a directory, not a file"),
     ("data.path=[{good},{tmp}/missing.h5]", "data.path: file not found: {tmp}/missing.h5"),
     ("data.path=[{good},{good}]", "data.path: {good} and {good} share the file name 'good'"),
+    (
+        "data.path=[{good},{good_copy}]",
+        "{good_copy}: group 'f0' holds the same map as {good}: group 'f0' (4 fracture(s) in all repeat an earlier one)",
+    ),
+    (
+        "data.path={twins}",
+        "{twins}: group 'f2' holds the same map as {twins}: group 'f1' (1 fracture(s) in all",
+    ),
     ("data.path={empty}", "{empty}: empty file (0 bytes)"),
     ("data.path={text}", "{text}: not an HDF5 file"),
     ("data.path={truncated}", "{truncated}"),
@@ -1213,14 +1230,14 @@ COMMAND_ROWS = [
         for size, shown in (("0", "0.0"), ("1e10", "10000000000.0"), ("1e-10", "1e-10"), ("nan", "nan"))
     ),
     (["stokes", "{blocked}"], "{blocked}, f2: no fluid path joins the inlet column to the outlet column"),
-    # Apertures of 1e-4 m fill no voxel of a metre: "no fluid path" hid why.
+    # Apertures of 0.8e-4 m fill no voxel of a metre: "no fluid path" hid why.
     (
         ["stokes", "{good}", "--voxel-size", "1"],
-        "{good}, f0: fracture 'f0': no voxel is fluid at 1 m per voxel: its widest aperture, 0.0001 m, fills none",
+        "{good}, f0: fracture 'f0': no voxel is fluid at 1 m per voxel: its widest aperture, 8e-05 m, fills none",
     ),
     (
         ["stokes", "{good}", "--voxel-size", "1e-9", "--cells-per-voxel", "8"],
-        "{good}, f0: the Stokes mesh of this 6x8x100000-voxel box at 8 cells per voxel needs about",
+        "{good}, f0: the Stokes mesh of this 6x8x80000-voxel box at 8 cells per voxel needs about",
     ),
     (
         ["stokes", "{original}"],

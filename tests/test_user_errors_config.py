@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_configs import _compose
-from test_user_errors import _fracture, _one_line, _train_checks
+from test_user_errors import _fracture, _one_line, _plates, _train_checks
 
 from flowlearn.data.schema import write_fractures
 from flowlearn.errors import ConfigError
@@ -24,7 +24,7 @@ from flowlearn.training.train import geometry_warnings
 def data(tmp_path_factory) -> Path:
     """Four uniform fractures without walls, of voxel size 1e-5 m."""
     path = tmp_path_factory.mktemp("data") / "plain.h5"
-    write_fractures(path, [_fracture(f"f{i}") for i in range(4)])
+    write_fractures(path, _plates(4))
     return path
 
 

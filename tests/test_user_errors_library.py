@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from test_user_errors import _fracture, _one_line, _train_checks
+from test_user_errors import _one_line, _plates, _train_checks
 
 from flowlearn import DarcyProblem, Grid, solve_pressure
 from flowlearn.data.schema import write_fractures
@@ -60,7 +60,7 @@ def test_engine_option_mistakes(name, options, message):
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "good.h5"
-    write_fractures(path, [_fracture(f"f{i}") for i in range(4)])
+    write_fractures(path, _plates(4))
     return path
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_ensemble import _fields
-from test_user_errors import _flowlearn, _fracture, _one_line
+from test_user_errors import _flowlearn, _fracture, _one_line, _plates
 from test_user_errors_cli import _files, _refused
 
 from flowlearn.data.schema import write_fractures
@@ -25,7 +25,7 @@ from flowlearn.training.predictions import read_predictions, write_fields
 def data(tmp_path) -> Path:
     """A small good fracture file in the flowlearn layout, with reference flow rates."""
     path = tmp_path / "data.h5"
-    write_fractures(path, [_fracture(f"f{i}", flow_rate=1e-14) for i in range(3)])
+    write_fractures(path, _plates(3, flow_rate=1e-14))
     return path
 
 

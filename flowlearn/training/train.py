@@ -24,11 +24,12 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from flowlearn.data.copies import Copies
 from flowlearn.data.datamodule import FractureDataset
 from flowlearn.data.inclination import NO_VOXEL_SIZE, NO_WALLS, missing_geometry
 from flowlearn.data.inputs import require_inputs
 from flowlearn.data.reference_error import recorded_error
-from flowlearn.data.schema import list_fractures, read_fracture, validate_file
+from flowlearn.data.schema import Fracture, list_fractures, read_fracture, validate_file
 from flowlearn.data.statistics import aperture_statistics, statistic_ranges
 from flowlearn.errors import USER_ERRORS, ConfigError, UserErrorExit
 from flowlearn.models.laws import PermeabilityLaw
@@ -130,15 +131,23 @@ def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
 
 def check_inputs(cfg: DictConfig) -> None:
     """Everything that can be checked before any heavy start-up: the config's values, then every fracture of the
-    data files against the schema and against what the model's inputs need. Raises :class:`ConfigError` or
+    data files against the schema and against what the model's inputs need, and that no fracture repeats another
+    (:mod:`flowlearn.data.copies`). Raises :class:`ConfigError` or
     :class:`DataValidationError`."""
     check_run_groups(cfg)
     validate_config(cfg)
     paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
     paths = [to_absolute_path(str(path)) for path in paths]
-    for path in paths:
+    copies = Copies()
+
+    def check(fracture: Fracture, path: str) -> None:
         # The recorded reference errors too, which the dataset reads only when a fracture first loads, mid-run.
-        validate_file(path, require_pressure=True, check=recorded_error)
+        recorded_error(fracture, path)
+        copies.add(fracture, path)
+
+    for path in paths:
+        validate_file(path, require_pressure=True, check=check)
+    copies.check()
     require_inputs(paths, model_inputs(cfg.model), needed_by="model.inputs asks for")
 
 

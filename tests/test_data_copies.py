@@ -1,0 +1,69 @@
+"""A fracture held twice is found whatever its name, file or precision; fractures that differ are not taken for
+copies."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from flowlearn.data.copies import Copies
+from flowlearn.data.schema import Fracture
+from flowlearn.errors import DataValidationError
+
+
+def _rough(name: str, seed: int = 0, **fields) -> Fracture:
+    aperture = np.random.default_rng(seed).uniform(5e-5, 2e-4, size=(6, 8))
+    return Fracture(name, aperture, None, **fields)
+
+
+def _repeats(*placed: tuple[Fracture, str]) -> str | None:
+    """The message of Copies.check for the fractures in this order (file, fracture), None where it passes."""
+    copies = Copies()
+    for fracture, path in placed:
+        copies.add(fracture, path)
+    try:
+        copies.check()
+    except DataValidationError as error:
+        return str(error)
+    return None
+
+
+def test_a_copy_in_another_file_names_both_and_counts_the_copies():
+    fractures = [_rough(f"f{i}", seed=i) for i in range(3)]
+    message = _repeats(*((f, "a.h5") for f in fractures), *((f, "b.h5") for f in fractures[1:]))
+    assert message.startswith("b.h5: group 'f1' holds the same map as a.h5: group 'f1' (2 fracture(s) in all")
+    assert "--seed" in message
+
+
+def test_a_copy_under_another_name_stored_in_float32_is_a_copy():
+    original = _rough("f0")
+    single = Fracture("g7", original.aperture.astype(np.float32).astype(np.float64), None)
+    # float32 rounds the map: the copy of a float32 file compares equal once both are read as float64.
+    stored = Fracture("g8", single.aperture.astype(np.float32), None)
+    assert _repeats((single, "a.h5"), (stored, "a.h5")) is not None
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        _rough("g", seed=1),  # another map
+        _rough("g", flow_axis="y"),  # the same map, the flow along the other axis: another problem
+        _rough("g", mask=np.arange(48).reshape(6, 8) != 5),  # one more cell left out
+    ],
+)
+def test_fractures_that_pose_another_problem_are_no_copies(other):
+    assert _repeats((_rough("f"), "a.h5"), (other, "a.h5")) is None
+
+
+def test_a_mask_that_leaves_out_nothing_poses_the_same_problem():
+    assert _repeats((_rough("f"), "a.h5"), (_rough("g", mask=np.ones((6, 8), bool)), "a.h5")) is not None
+
+
+def test_a_repeated_pressure_is_not_needed_for_a_copy():
+    """Two references on one map are two answers to one problem: still a copy."""
+    first, second = (
+        replace(_rough(name), pressure=np.full((6, 8), value)) for name, value in (("f", 1), ("g", 2))
+    )
+    assert _repeats((first, "a.h5"), (second, "a.h5")) is not None
