@@ -16,6 +16,7 @@ from test_train import EMBEDDED, ROOT, make_dataset, run_train
 from flowlearn.data.datamodule import find_fractures
 from flowlearn.errors import UnavailableError
 from flowlearn.reporting.runs import metric_series, read_metrics
+from flowlearn.training import build
 from flowlearn.training.build import build_correction, model_inputs
 
 CONFIGS = ROOT / "configs"
@@ -124,3 +125,19 @@ def test_a_composed_run_trains_with_every_available_solver(tmp_path, option):
     run_train(*overrides, "~callbacks.figures", run_dir=tmp_path / "run")
     _, loss = metric_series(read_metrics(tmp_path / "run"), "train/loss")
     assert len(loss) == 2 and loss[1] < loss[0]
+
+
+@pytest.mark.parametrize("times_needed, stops", [(10.0, False), (2.0, True)])
+def test_malloc_stops_keeping_freed_memory_only_where_the_memory_is_short_for_it(
+    tmp_path, monkeypatch, times_needed, stops
+):
+    """Memory for the network's training but not for KEPT_HEAP_GROWTH times it: freed memory goes back (the effect
+    on malloc is tests/test_runtime.py's); with room to spare it is kept."""
+    cfg = _compose(tmp_path, "model=cnn")
+    refs = find_fractures(EMBEDDED)[:4]
+    needed = build.training_bytes(cfg.model, 2, [refs[0].shape], 1)
+    monkeypatch.setattr(build, "available_memory", lambda: int(times_needed * needed))
+    stopped = []
+    monkeypatch.setattr(build, "stop_keeping_freed_memory", lambda: stopped.append(True) or True)
+    build_correction(cfg.model, instantiate(cfg.law), refs)
+    assert bool(stopped) == stops

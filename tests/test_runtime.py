@@ -10,13 +10,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Allocates, fills and frees a 64 MB array six times after importing flowlearn; prints the page faults of the
-# last five, and the OpenMP wait policy the process ended up with.
+# Allocates, fills and frees a 64 MB array six times after importing flowlearn (and running PRELUDE); prints the
+# page faults of the last five, and the OpenMP wait policy the process ended up with.
 _REALLOCATE = """
 import os
 import resource
 import numpy as np
 import flowlearn
+import flowlearn.runtime as runtime
+PRELUDE
 
 def fill():
     block = np.empty(8_000_000)
@@ -30,14 +32,14 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, os.environ["O
 """
 
 
-def _run(**environment: str) -> tuple[int, str]:
+def _run(prelude: str = "", **environment: str) -> tuple[int, str]:
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "OMP_WAIT_POLICY")
     }
     result = subprocess.run(
-        [sys.executable, "-c", _REALLOCATE],
+        [sys.executable, "-c", _REALLOCATE.replace("PRELUDE", prelude)],
         env={**env, **environment},
         capture_output=True,
         text=True,
@@ -55,6 +57,19 @@ def test_freed_memory_is_reused_without_page_faults_unless_the_user_configured_m
     user_faults, _ = _run(MALLOC_MMAP_MAX_="65536")
     assert user_faults >= 5 * 32
     assert faults < 20
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc's settings are glibc's")
+def test_freed_memory_goes_back_to_the_system_once_keeping_it_stops():
+    # Stopped once (True: flowlearn had made the settings), a second call has nothing left to stop.
+    stop = "assert runtime.stop_keeping_freed_memory() and not runtime.stop_keeping_freed_memory()"
+    faults, _ = _run(stop + "; assert not runtime.keeps_freed_memory()")
+    assert faults >= 5 * 32  # each 64 MB block mapped afresh, as under glibc's own settings (above)
+    # Where the user configured malloc, flowlearn changed nothing and has nothing to give back.
+    _run(
+        "assert not runtime.keeps_freed_memory() and not runtime.stop_keeping_freed_memory()",
+        MALLOC_MMAP_MAX_="1",
+    )
 
 
 def test_openmp_threads_sleep_unless_the_user_chose_a_policy():
