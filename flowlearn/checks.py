@@ -183,13 +183,83 @@ def check_map_shape(value: object) -> tuple[int, int]:
 
 
 def available_memory() -> int:
-    """The memory this machine can give a process now without swapping, in bytes (Linux's MemAvailable; the
-    physical memory where the kernel does not say): the bound of checks that refuse sizes before allocating them."""
+    """The memory this process can have now without swapping or being killed, in bytes: the bound of checks that
+    refuse sizes before allocating them. The machine's (Linux's MemAvailable; the physical memory where the kernel
+    does not say), or less where a cgroup limits the process (:func:`cgroup_room`): a SLURM job's ``--mem``, a
+    container's limit."""
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:
         for line in meminfo:
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+                machine = int(line.split()[1]) * 1024
+                break
+    room = cgroup_room()
+    return machine if room is None else min(machine, room)
+
+
+# Limits at or above this many bytes mean none: cgroup v1 writes "no limit" as the largest page-aligned int64.
+_NO_CGROUP_LIMIT = 2**60
+# Per cgroup version: the files of the limit and of the usage, and memory.stat's key for the page cache that the
+# kernel reclaims before it kills (the usage counts it).
+_CGROUP_FILES = {
+    "cgroup2": ("memory.max", "memory.current", "inactive_file"),
+    "cgroup": ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+}
+
+
+def cgroup_room(proc: str | os.PathLike = "/proc/self") -> int | None:
+    """Bytes the memory limits of the cgroups of the process ``proc`` still leave it, the least over its cgroup and
+    the cgroup's ancestors (each one's limit less its usage, its inactive page cache not counted as used), in cgroup
+    v2 and in v1's memory controller alike; None where no limit is set or none can be read (no cgroup, another
+    system than Linux)."""
+    proc = Path(proc)
+    try:
+        mounts = (proc / "mountinfo").read_text().splitlines()
+        memberships = (proc / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for mount in mounts:
+        fields = mount.split()
+        if "-" not in fields:
+            continue
+        kind = fields[fields.index("-") + 1]
+        if kind not in _CGROUP_FILES or (
+            kind == "cgroup" and "memory" not in fields[fields.index("-") + 3].split(",")
+        ):
+            continue
+        mount_root, mount_point = fields[3], Path(fields[4])
+        for membership in memberships:  # "0::<path>" (v2), "<id>:<controllers>:<path>" (v1)
+            _, controllers, path = membership.split(":", 2)
+            if (kind == "cgroup2") != (controllers == "") or (
+                kind == "cgroup" and "memory" not in controllers.split(",")
+            ):
+                continue
+            relative = Path(path).relative_to(mount_root) if Path(path).is_relative_to(mount_root) else None
+            if relative is None:
+                continue
+            for depth in range(len(relative.parts), -1, -1):
+                room = _room(mount_point.joinpath(*relative.parts[:depth]), *_CGROUP_FILES[kind])
+                if room is not None:
+                    rooms.append(room)
+    return min(rooms) if rooms else None
+
+
+def _room(directory: Path, limit_file: str, usage_file: str, cache_key: str) -> int | None:
+    """A cgroup's limit less its usage (inactive page cache not counted), 0 at least; None without a limit."""
+    try:
+        limit_text = (directory / limit_file).read_text().strip()
+        if limit_text == "max" or int(limit_text) >= _NO_CGROUP_LIMIT:
+            return None
+        usage = int((directory / usage_file).read_text())
+        for line in (directory / "memory.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == cache_key:
+                usage -= int(value)
+                break
+    except (OSError, ValueError):
+        return None
+    return max(int(limit_text) - usage, 0)
 
 
 def check_distinct_names(option: str, paths: Sequence[object]) -> None:

@@ -676,7 +676,7 @@ def test_a_network_beyond_the_memory_names_the_largest_kernel_that_fits(tmp_path
     monkeypatch.setattr(build, "available_memory", lambda: 2**30)
     path = _big_dataset(tmp_path / "big.h5")
     status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"data.path={path}", "model.kernel_size=31"])
-    _one_line(status, err, "more than fits within the 1 GiB this machine has available, in batches of 4")
+    _one_line(status, err, "more than fits within the 1 GiB this process has available, in batches of 4")
     largest = int(re.search(r"model.kernel_size up to (\d+) would fit", err)[1])
     model = OmegaConf.load(ROOT / "configs" / "model" / "cnn.yaml")
     fits = [

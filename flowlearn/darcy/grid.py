@@ -65,7 +65,7 @@ class Grid:
 
     Raises:
         ProblemError: an argument of the wrong type or out of its range (naming it), or a grid whose edges need
-            more memory than the machine has available (before anything is allocated).
+            more memory than this process has available (before anything is allocated).
     """
 
     mins: tuple[float, ...]

@@ -149,7 +149,7 @@ class DatasetConfig:
         raise SettingError(
             field,
             f"needs at least {needed / 2**30:.3g} GiB for each fracture's LBM, more than the "
-            f"{memory / 2**30:.3g} GiB this machine has available (a box of the {shape[0]}x{shape[1]} map, its "
+            f"{memory / 2**30:.3g} GiB this process has available (a box of the {shape[0]}x{shape[1]} map, its "
             f"mean aperture of {aperture:g} voxels and reservoirs of {reservoir} columns at each end): {advice}, "
             f"got {value!r}",
         )

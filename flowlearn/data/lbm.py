@@ -260,7 +260,7 @@ def largest_reservoir(shape: tuple[int, int], depth: float, memory: int) -> int:
 
 def check_box_memory(shape: tuple[int, int, int], reservoir: int) -> None:
     """Raise :class:`ProblemError` where the run of a fluid box of ``shape`` (H, W, D) voxels with
-    ``reservoir`` columns at each end would need more memory than this machine has available
+    ``reservoir`` columns at each end would need more memory than this process has available
     (:func:`least_box_bytes`), naming each size, and the largest reservoir that fits where a smaller one would
     do."""
     height, width, depth = shape

@@ -510,14 +510,14 @@ def _open(path: str | os.PathLike) -> Iterator[h5py.File]:
 
 def _read_dataset(path: str | os.PathLike, group: str, obj: h5py.Group, name: str) -> np.ndarray:
     """The dataset ``name`` of ``obj`` as an array; :class:`DataValidationError` where it cannot be read, or where it
-    declares more bytes than this machine has available (a chunked dataset of a tiny file may declare any shape)."""
+    declares more bytes than this process has available (a chunked dataset of a tiny file may declare any shape)."""
     try:
         dataset = obj[name]
         memory = available_memory()
         if dataset.nbytes > memory:
             raise DataValidationError(
                 f"{where(path, group, name)}: shape {dataset.shape} of {dataset.dtype} needs "
-                f"{dataset.nbytes / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB this machine has available"
+                f"{dataset.nbytes / 2**30:.3g} GiB, more than the {memory / 2**30:.3g} GiB this process has available"
             )
         return dataset[()]
     except (OSError, KeyError, RuntimeError) as err:

@@ -220,7 +220,7 @@ def check_openfoam(processes: int = 1) -> None:
 
 def check_box(fluid: np.ndarray, settings: StokesSettings, memory: int | None = None) -> None:
     """Refuse a box that no fluid path crosses, or whose mesh would not fit in ``memory`` bytes (default: what this
-    machine has available now)."""
+    process has available now)."""
     check_fluid(fluid)
     active_cells(fluid)
     height, width, depth = fluid.shape
@@ -245,7 +245,7 @@ def _check_mesh_memory(
     memory: int | None,
 ) -> None:
     """Raise :class:`ProblemError` where the ``mesh`` ("the Stokes mesh of this HxWxD-voxel box") ``needs``
-    ("needs about") more than ``memory`` bytes (default: what this machine has available now), by ``needed``'s
+    ("needs about") more than ``memory`` bytes (default: what this process has available now), by ``needed``'s
     count of its bytes at (cells per voxel, reservoir columns at each end) as ``settings`` set them; the message
     names both, and the largest value of each that fits on its own."""
     memory = available_memory() if memory is None else memory
@@ -281,7 +281,7 @@ def check_walls(
     bottom: np.ndarray, top: np.ndarray, settings: StokesSettings, memory: int | None = None
 ) -> None:
     """Refuse walls (float (H, W), voxels) that leave no open path from inlet to outlet, or whose wall-fitted mesh
-    could need more than ``memory`` bytes (default: what this machine has available now).
+    could need more than ``memory`` bytes (default: what this process has available now).
 
     Raises:
         ProblemError: naming the problem and, for memory, what to lower.

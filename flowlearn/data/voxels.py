@@ -35,7 +35,7 @@ def voxelize(bottom: np.ndarray, top: np.ndarray) -> np.ndarray:
 
     Raises:
         ProblemError: walls so far apart (an rms height of 1e6 voxels on a 32x32 map) that the box would not fit
-            in the memory this machine has available; checked before it is allocated.
+            in the memory this process has available; checked before it is allocated.
     """
     if bottom.shape != top.shape or bottom.ndim != 2:
         raise ValueError(f"bottom and top must be equal 2D shapes, got {bottom.shape} and {top.shape}")

@@ -84,7 +84,7 @@ def build_correction(
     if KEPT_HEAP_GROWTH * needed > available_memory() and stop_keeping_freed_memory():
         log.info(
             "the model needs about %.3g GiB to train, and up to %.3g times that with the memory it frees kept for "
-            "reuse: more than this machine has available, so freed memory goes back to the system (slower steps)",
+            "reuse: more than this process has available, so freed memory goes back to the system (slower steps)",
             needed / 2**30,
             KEPT_HEAP_GROWTH,
         )
@@ -146,7 +146,7 @@ def check_network_size(
         )
     options = {name: bound for name, bound in map_bounds.items() if name in model_cfg}
     memory = available_memory()
-    within = f"within the {memory / 2**30:.3g} GiB this machine has available, in batches of {batch_size}"
+    within = f"within the {memory / 2**30:.3g} GiB this process has available, in batches of {batch_size}"
 
     def largest_fitting(name: str) -> int | None:
         """The largest value of option ``name`` up to its map bound whose training fits in memory, the other
