@@ -219,30 +219,34 @@ def cgroup_room(proc: str | os.PathLike = "/proc/self") -> int | None:
     except OSError:
         return None
     rooms = []
-    for mount in mounts:
+    for (
+        mount
+    ) in mounts:  # "<id> <parent> <dev> <root> <mount point> <options> ... - <type> <source> <options>"
         fields = mount.split()
         if "-" not in fields:
             continue
-        kind = fields[fields.index("-") + 1]
-        if kind not in _CGROUP_FILES or (
-            kind == "cgroup" and "memory" not in fields[fields.index("-") + 3].split(",")
-        ):
+        kind, options = fields[fields.index("-") + 1], fields[fields.index("-") + 3]
+        if kind not in _CGROUP_FILES or not _holds_memory(kind, options):
             continue
         mount_root, mount_point = fields[3], Path(fields[4])
         for membership in memberships:  # "0::<path>" (v2), "<id>:<controllers>:<path>" (v1)
             _, controllers, path = membership.split(":", 2)
-            if (kind == "cgroup2") != (controllers == "") or (
-                kind == "cgroup" and "memory" not in controllers.split(",")
-            ):
+            if (kind == "cgroup2") != (controllers == "") or not _holds_memory(kind, controllers):
                 continue
-            relative = Path(path).relative_to(mount_root) if Path(path).is_relative_to(mount_root) else None
-            if relative is None:
+            if not Path(path).is_relative_to(mount_root):  # a cgroup outside what this mount shows
                 continue
-            for depth in range(len(relative.parts), -1, -1):
-                room = _room(mount_point.joinpath(*relative.parts[:depth]), *_CGROUP_FILES[kind])
+            parts = Path(path).relative_to(mount_root).parts
+            for depth in range(len(parts), -1, -1):  # the cgroup, then each ancestor up to the mount's root
+                room = _room(mount_point.joinpath(*parts[:depth]), *_CGROUP_FILES[kind])
                 if room is not None:
                     rooms.append(room)
     return min(rooms) if rooms else None
+
+
+def _holds_memory(kind: str, controllers: str) -> bool:
+    """Whether a cgroup mount or membership of ``kind`` with these comma-separated controllers (or mount options)
+    limits memory: every v2 one, v1's memory controller."""
+    return kind == "cgroup2" or "memory" in controllers.split(",")
 
 
 def _room(directory: Path, limit_file: str, usage_file: str, cache_key: str) -> int | None:

@@ -60,8 +60,7 @@ def fingerprint(fracture: Fracture) -> bytes:
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"{fracture.flow_axis} {fracture.shape}".encode())
     digest.update(np.ascontiguousarray(fracture.aperture, dtype=np.float64).tobytes())
-    if fracture.mask is not None and not np.all(
-        fracture.mask
-    ):  # a mask that leaves out nothing changes nothing
+    # A mask that leaves out nothing poses the problem of no mask.
+    if fracture.mask is not None and not np.all(fracture.mask):
         digest.update(np.ascontiguousarray(fracture.mask, dtype=bool).tobytes())
     return digest.digest()

@@ -61,8 +61,8 @@ def build_correction(
     dtype: torch.dtype = torch.float64,
 ) -> nn.Module:
     """Instantiate the correction model in ``dtype``, filling in what the data decides: the shape of a pixel model,
-    the dimension of a CNN, and the law's starting value. A network too large for the training maps or for this
-    machine's memory in batches of ``batch_size`` is refused first (:func:`check_network_size`); where the memory
+    the dimension of a CNN, and the law's starting value. A network too large for the training maps or for the
+    memory available in batches of ``batch_size`` is refused first (:func:`check_network_size`); where the memory
     is enough for its training but not for :data:`KEPT_HEAP_GROWTH` times it, malloc stops keeping freed memory
     (:func:`flowlearn.runtime.stop_keeping_freed_memory`)."""
     target = model_class(model_cfg._target_)
@@ -119,7 +119,7 @@ def check_network_size(
     dtype: torch.dtype = torch.float64,
 ) -> int:
     """Raise :class:`ConfigError` for a network whose ``kernel_size`` or ``levels`` the training maps ``shapes``
-    cannot use, or this machine's memory cannot train in batches of ``batch_size`` in ``dtype``, naming the largest
+    cannot use, or the memory available cannot train in batches of ``batch_size`` in ``dtype``, naming the largest
     value that works. A kernel beyond twice the longest side sees nothing but padding, a level beyond the shortest
     side's halvings nothing but one pixel, and :func:`training_bytes` must stay within the memory available.
     Checked before anything is allocated. Returns :func:`training_bytes` of the network."""
