@@ -6,9 +6,18 @@ from __future__ import annotations
 import logging
 import warnings
 
+# The logger of Lightning's rank-zero messages (the hardware lines, its tips).
+_RANK_ZERO_LOGGER = "lightning.pytorch.utilities.rank_zero"
+
+
+def _not_a_tip(record: logging.LogRecord) -> bool:
+    """False for Lightning's advertising tips (a cloud logger to install): nothing about the run."""
+    return not str(record.msg).startswith("💡 Tip")
+
 
 def quiet_lightning() -> None:
-    """Route Lightning's log lines through the root logger only, and drop a warning users cannot act on.
+    """Route Lightning's log lines through the root logger only, and drop the warnings and tips users cannot act
+    on.
 
     Importing ``lightning`` adds a console handler to the ``lightning`` logger, which also propagates to the root
     logger; under Hydra the root logger has its own handlers (console and ``train.log``), so every Lightning
@@ -18,6 +27,9 @@ def quiet_lightning() -> None:
         lightning_logger = logging.getLogger("lightning")
         for handler in list(lightning_logger.handlers):
             lightning_logger.removeHandler(handler)
+    rank_zero = logging.getLogger(_RANK_ZERO_LOGGER)
+    if _not_a_tip not in rank_zero.filters:
+        rank_zero.addFilter(_not_a_tip)
     # Lightning's own pytree helper calls an API that newer torch deprecates; nothing in a run can change that.
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     # Lightning hints at srun whenever SLURM is installed, even for a run on a login node or a laptop that is meant
