@@ -220,7 +220,7 @@ def triangular_solves(shape: tuple[int, int], repeats: int = 15) -> dict:
     solutions = {}
     for name, unknowns in [("cholmod", None), ("tree", 0), ("tree32", 0)]:
         engine = CholmodEngine(tree_solve_unknowns=unknowns, quick_one_offs=False)
-        factor = engine.factorize(matrix, engine.analyze(matrix))
+        factor = engine.factorize(matrix, engine.analyze(matrix, layout))
         if name == "tree32":
             factor.preconditions_others()  # rounds L to float32
         times = []

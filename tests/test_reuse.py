@@ -104,6 +104,31 @@ def test_cholmod_factors_one_off_matrices_quickly_and_nearby_ones_for_reuse():
     assert solver.stats.direct_solves == 6 and solver.stats.pcg_solves == 2
 
 
+@pytest.mark.skipif(not cholmod_available(), reason=NO_CHOLMOD)
+@pytest.mark.parametrize(("shape", "kind"), [((40, 50), "simplicial"), ((12, 12, 12), "supernodal")])
+def test_cholmods_quick_factor_is_simplicial_on_small_2d_grids_and_supernodal_on_3d_ones(shape, kind):
+    """Which of CHOLMOD's factors each grid gets, told apart by their stored entries: a supernodal L stores the
+    zeros that pad its dense blocks, a simplicial one does not."""
+    from sksparse import cholmod
+
+    from flowlearn.engines.cholmod import CholmodEngine
+
+    layout = DarcyProblem.fracture(shape).layout
+    _, matrix = layout.system(0, _field(shape, 5).numpy().reshape(-1))
+    engine = CholmodEngine()
+    analysis = engine.analyze(matrix, layout)
+    factor = engine.factorize(matrix, analysis, expect_reuse=False)
+    stored = {
+        mode: cholmod.analyze(matrix, mode=mode, ordering_method="amd").cholesky(matrix).L().nnz
+        for mode in ("simplicial", "supernodal")
+    }
+    assert stored["simplicial"] < stored["supernodal"]
+    assert analysis.quick.cholesky(matrix).L().nnz == stored[kind]
+    assert not factor.reusable
+    rhs = np.ones(matrix.shape[0])
+    np.testing.assert_allclose(matrix @ factor.apply(rhs), rhs, rtol=1e-10)
+
+
 @pytest.mark.parametrize("backend", DIRECT_BACKENDS)
 def test_one_off_solves_leave_the_training_factor_alone(backend):
     problem = DarcyProblem.fracture((32, 40))
@@ -147,7 +172,7 @@ def test_the_reused_factor_is_ordered_by_nested_dissection_only_where_that_repay
     assert (matrix.shape[0] >= NESTED_DISSECTION_UNKNOWNS) == (ordering == "nesdis")
     # One core: the simplicial factor that CHOLMOD solves, at both sizes.
     engine = CholmodEngine(tree_solve_unknowns=None)
-    analysis = engine.analyze(matrix)
+    analysis = engine.analyze(matrix, layout)
     engine.factorize(matrix, analysis, expect_reuse=True)
     expected = cholmod.analyze(matrix, mode="simplicial", ordering_method=ordering)
     np.testing.assert_array_equal(analysis.thorough.P(), expected.P())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,12 +18,24 @@ from flowlearn.engines.trisolve import TreePlan, TreeSolver, in_postorder, ldl_f
 from flowlearn.errors import SolutionError, UnavailableError
 from flowlearn.threads import usable_cores
 
+if TYPE_CHECKING:
+    from flowlearn.darcy.assembly import SystemLayout
+
 # Fewest unknowns for which the thorough analysis orders a simplicial factor by nested dissection; below, by
 # approximate minimum degree, like the quick one. Nested dissection's fill is no lower on small grids and its
 # analysis costs 10-15x more (2026-11-27, simplicial LDL^T of a rough fracture's matrix; analysis, factorisation):
 # 7.2 and 1.3 ms against 0.7 and 1.1 ms at 64x64, 39 and 10.0 ms against 2.6 and 10.3 ms at 128x128 (repaid after
 # about a hundred factorisations of the pattern), 66 and 17 ms against 4 and 20 ms at 160x160 (after about twenty).
 NESTED_DISSECTION_UNKNOWNS = 20_000
+# A matrix not expected to be reused (2026-11-28, a one-off solve through the engine, analysis included, in ms:
+# multigrid CG / the quick simplicial factor / the quick supernodal factor): 5.3 / 1.9 / 5.9 at 48x48,
+# 4.3 / 2.2 / 5.3 at 64x64, 5.2 / 3.8 / 10.6 at 80x80, 6.4 / 6.3 / 13.0 at 96x96, 8.4 / 9.7 / 16.7 at 112x112,
+# 10.6 / 14.4 / 23.5 at 128x128. On a 2D grid, multigrid from MULTIGRID_UNKNOWNS unknowns; below, and on other
+# grids, a factor after the quick analysis (minimum degree), simplicial on 2D grids below QUICK_SIMPLICIAL_UNKNOWNS:
+# supernodal 66 + 17 ms against 46 + 8 ms (numeric + analysis) at 192x192, but 97 + 20 against 127 + 26 at
+# 256x260; and supernodal on 3D grids, whose fill makes it 1.3x faster at 16^3, 2.4x at 20^3, 3.8x at 24^3.
+MULTIGRID_UNKNOWNS = 9_000
+QUICK_SIMPLICIAL_UNKNOWNS = 50_000
 
 
 class _CholmodFactor(Factor):
@@ -50,8 +62,9 @@ class _CholmodFactor(Factor):
 
 @dataclass
 class _CholmodAnalysis:
-    # scikit-sparse Factors holding the analyses: quick (approximate minimum degree, supernodal) and thorough
-    # (nested dissection), each made on first use.
+    planar: bool  # whether the pattern is a 2D grid's (its quick factor may then be simplicial)
+    # scikit-sparse Factors holding the analyses: quick (approximate minimum degree) and thorough (nested
+    # dissection), each made on first use.
     quick: Any = None
     thorough: Any = None
     tree: bool = False  # whether the thorough factors are solved by the tree solver
@@ -64,9 +77,9 @@ class CholmodEngine(FactorEngine):
 
     A matrix not expected to be reused -- a one-off solve, the first of a training loop, one far from the last --
     goes to multigrid-preconditioned CG on 2D grids of ``multigrid_unknowns`` or more (:class:`FactorEngine`).
-    Otherwise it is factored after CHOLMOD's quick analysis, approximate minimum degree and a supernodal factor: the
-    nested-dissection analysis below costs more than a whole factorisation on small grids (0.4 s against 0.12 s at
-    256x260). That factor serves its own matrix (the forward solve and its adjoint). A matrix close to the last one
+    Otherwise it is factored after CHOLMOD's quick analysis, approximate minimum degree, into a simplicial factor on
+    2D grids below :data:`QUICK_SIMPLICIAL_UNKNOWNS` unknowns and a supernodal one otherwise: the nested-dissection
+    analysis below costs more than a whole factorisation on small grids (0.4 s against 0.12 s at 256x260). That factor serves its own matrix (the forward solve and its adjoint). A matrix close to the last one
     shows a training loop, and is factored after the thorough analysis, computed once per pattern, whose factors
     then precondition the matrices after it: nested dissection from :data:`NESTED_DISSECTION_UNKNOWNS` unknowns (and
     for every factor solved on all cores), where its lower fill repays its analysis. CHOLMOD's own nested
@@ -91,6 +104,8 @@ class CholmodEngine(FactorEngine):
         tree_solve_unknowns: Fewest unknowns whose factors are solved on all cores, an integer >= 0 (None: never).
         quick_one_offs: Factor a matrix not expected to be reused after the quick analysis (False: always the
             thorough one).
+        multigrid_unknowns: As :class:`FactorEngine`'s, by default :data:`MULTIGRID_UNKNOWNS`, from where
+            multigrid beats the quick factor.
         **options: Reuse and tolerance options of :class:`~flowlearn.engines.factor.FactorEngine`.
 
     Raises:
@@ -106,9 +121,10 @@ class CholmodEngine(FactorEngine):
         simplicial_limit: int = 1_500_000,
         tree_solve_unknowns: int | None = 30_000,
         quick_one_offs: bool = True,
+        multigrid_unknowns: int | None = MULTIGRID_UNKNOWNS,
         **options: Any,
     ) -> None:
-        super().__init__(**options)
+        super().__init__(multigrid_unknowns=multigrid_unknowns, **options)
         check_count(simplicial_limit, "simplicial_limit")
         check_count(tree_solve_unknowns, "tree_solve_unknowns", none=True)
         check_flag(quick_one_offs, "quick_one_offs")
@@ -124,9 +140,9 @@ class CholmodEngine(FactorEngine):
         self.tree_solve_unknowns = tree_solve_unknowns
         self.quick_one_offs = quick_one_offs
 
-    def analyze(self, matrix: sp.csc_matrix) -> _CholmodAnalysis:
+    def analyze(self, matrix: sp.csc_matrix, layout: SystemLayout) -> _CholmodAnalysis:
         # Nothing yet: which analysis a pattern needs shows at its factorisations.
-        return _CholmodAnalysis()
+        return _CholmodAnalysis(planar=len(layout.shape) == 2)
 
     def factorize(
         self, matrix: sp.csc_matrix, symbolic: _CholmodAnalysis, expect_reuse: bool = True
@@ -134,7 +150,9 @@ class CholmodEngine(FactorEngine):
         analysis = symbolic
         if self.quick_one_offs and not expect_reuse:
             if analysis.quick is None:
-                analysis.quick = self._cholmod.analyze(matrix, mode="supernodal", ordering_method="amd")
+                simplicial = analysis.planar and matrix.shape[0] < QUICK_SIMPLICIAL_UNKNOWNS
+                mode = "simplicial" if simplicial else "supernodal"
+                analysis.quick = self._cholmod.analyze(matrix, mode=mode, ordering_method="amd")
             factor = self._numeric(analysis.quick, matrix)
             return _CholmodFactor(factor, None, reusable=False)
         if analysis.thorough is None:

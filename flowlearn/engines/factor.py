@@ -124,8 +124,8 @@ class FactorEngine(Engine):
         reuse_budget: CG iterations allowed with an old direct factor before refactoring instead. None adapts it
             to the measured cost ratio of a factorisation and an iteration, so small grids simply refactor.
         multigrid_unknowns: Fewest free nodes of a 2D grid for which a matrix not expected to be reused is solved
-            by multigrid-preconditioned CG instead of a factorisation (None: never). CHOLMOD's factorisation is
-            faster up to ~2,500 unknowns, multigrid 1.6x faster at 64x64 and 2x from 180x180.
+            by multigrid-preconditioned CG instead of a factorisation (None: never); a backend may change the
+            default to where its own factorisation stops being faster.
     """
 
     exact: ClassVar[bool]
@@ -156,8 +156,9 @@ class FactorEngine(Engine):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rtol={self.rtol}, reuse={self.reuse})"
 
-    def analyze(self, matrix: sp.csc_matrix) -> Any:
-        """Symbolic analysis reused for every matrix with this pattern (None when the method has none)."""
+    def analyze(self, matrix: sp.csc_matrix, layout: SystemLayout) -> Any:
+        """Symbolic analysis reused for every matrix with this pattern, the free-node system of ``layout`` (None
+        when the method has none)."""
         return None
 
     @abstractmethod
@@ -191,7 +192,7 @@ class FactorEngine(Engine):
         """Solve ``matrix @ x = rhs`` for batch slot ``slot``: SPD float64 CSC (n, n) with the pattern of
         ``state.layout``, rhs float64 (n,); returns float64 (n,)."""
         if not state.analysed:
-            state.symbolic, state.analysed = self.analyze(matrix), True
+            state.symbolic, state.analysed = self.analyze(matrix, state.layout), True
         if role == ONE_OFF:  # solved as a first matrix is, on a slot of its own that is then dropped
             return self._solve_slot(state, _Slot(), role, matrix, rhs)
         entry = state.slots.setdefault(slot, _Slot())
