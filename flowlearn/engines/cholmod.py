@@ -79,8 +79,9 @@ class CholmodEngine(FactorEngine):
     goes to multigrid-preconditioned CG on 2D grids of ``multigrid_unknowns`` or more (:class:`FactorEngine`).
     Otherwise it is factored after CHOLMOD's quick analysis, approximate minimum degree, into a simplicial factor on
     2D grids below :data:`QUICK_SIMPLICIAL_UNKNOWNS` unknowns and a supernodal one otherwise: the nested-dissection
-    analysis below costs more than a whole factorisation on small grids (0.4 s against 0.12 s at 256x260). That factor serves its own matrix (the forward solve and its adjoint). A matrix close to the last one
-    shows a training loop, and is factored after the thorough analysis, computed once per pattern, whose factors
+    analysis below costs more than a whole factorisation on small grids (0.4 s against 0.12 s at 256x260). That
+    factor serves its own matrix (the forward solve and its adjoint). A matrix close to the last one shows a
+    training loop, and is factored after the thorough analysis, computed once per pattern, whose factors
     then precondition the matrices after it: nested dissection from :data:`NESTED_DISSECTION_UNKNOWNS` unknowns (and
     for every factor solved on all cores), where its lower fill repays its analysis. CHOLMOD's own nested
     dissection (``nesdis``: METIS bisections, constrained minimum degree on the leaves) gives these factors 6-7%
