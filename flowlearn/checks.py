@@ -219,9 +219,8 @@ def cgroup_room(proc: str | os.PathLike = "/proc/self") -> int | None:
     except OSError:
         return None
     rooms = []
-    for (
-        mount
-    ) in mounts:  # "<id> <parent> <dev> <root> <mount point> <options> ... - <type> <source> <options>"
+    # A mount: "<id> <parent> <dev> <root> <mount point> <options> ... - <type> <source> <options>".
+    for mount in mounts:
         fields = mount.split()
         if "-" not in fields:
             continue

@@ -27,9 +27,7 @@ def quiet_lightning() -> None:
         lightning_logger = logging.getLogger("lightning")
         for handler in list(lightning_logger.handlers):
             lightning_logger.removeHandler(handler)
-    rank_zero = logging.getLogger(_RANK_ZERO_LOGGER)
-    if _not_a_tip not in rank_zero.filters:
-        rank_zero.addFilter(_not_a_tip)
+    logging.getLogger(_RANK_ZERO_LOGGER).addFilter(_not_a_tip)  # added once however often this is called
     # Lightning's own pytree helper calls an API that newer torch deprecates; nothing in a run can change that.
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     # Lightning hints at srun whenever SLURM is installed, even for a run on a login node or a laptop that is meant
