@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -205,6 +207,46 @@ def test_evaluate_prints_the_held_out_medians_of_the_model_and_every_baseline(fl
         f"beats the LCL (departure and flow rate) on 0 of 0 fractures; {model.size} with no flow rate are not counted "
         f"(its departure error lower on {(model < lcl).sum()} of them)"
     ) in out
+
+
+# Runs a ``flowlearn`` command line in a fresh interpreter, then prints how many of Lightning's modules it loaded.
+_LIGHTNING_MODULES_AFTER = """
+import sys
+from flowlearn.cli import main
+status = main(sys.argv[1:])
+print(status, sum(name.split(".")[0] == "lightning" for name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "lightning"),
+    [("evaluate", False), ("report", False), ("ensemble", False), ("predict", True)],
+)
+def test_only_the_commands_that_run_a_model_load_lightning(run, tmp_path, command, lightning):
+    """Reading a predictions file needs no Lightning (whose import is 1.5-2 s of a 2 s ``flowlearn evaluate``);
+    ``predict``, which loads the trained model, is the control that the count sees Lightning where it loads."""
+    predictions = str(run / "predictions.h5")
+    copy = shutil.copy(
+        predictions, tmp_path / "member.h5"
+    )  # a second member: an ensemble's are distinct files
+    argv = {
+        "evaluate": ["evaluate", predictions],
+        "report": ["report", str(run), "--output", str(tmp_path / "report"), "--dpi", "50"],
+        "ensemble": ["ensemble", predictions, str(copy), "--output", str(tmp_path / "ensemble.h5")],
+        "predict": [
+            "predict",
+            str(run),
+            str(run.parent / "fractures.h5"),
+            "--output",
+            str(tmp_path / "predicted.h5"),
+        ],
+    }[command]
+    result = subprocess.run(
+        [sys.executable, "-c", _LIGHTNING_MODULES_AFTER, *argv], capture_output=True, text=True, check=True
+    )
+    status, count = result.stdout.split()[-2:]
+    assert status == "0", result.stderr
+    assert (int(count) > 0) == lightning
 
 
 def test_the_verdict_names_the_best_closed_form_and_counts_fractures_without_flow_rates_apart():

@@ -8,9 +8,3 @@ file (schema, writer and reader), ``flowlearn predict`` and the job behind ``pyt
 * :mod:`~flowlearn.training.predict`: ``flowlearn predict``;
 * :mod:`~flowlearn.training.config`, :mod:`~flowlearn.training.train`: the checks and the job of ``train.py``.
 """
-
-from flowlearn.runtime import collection_paused
-
-# Lightning's import, which every module here needs: one pass of the garbage collector, not several.
-with collection_paused():
-    import lightning  # noqa: F401

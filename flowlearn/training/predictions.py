@@ -29,21 +29,24 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
 import torch
 
 from flowlearn.checks import shown
-from flowlearn.data.datamodule import FractureDataset
 from flowlearn.data.reference_error import ERRORS
 from flowlearn.data.schema import atomic_hdf5, number_attribute, open_file, where
 from flowlearn.errors import DataValidationError
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
 from flowlearn.training.batches import as_batch
 from flowlearn.training.metrics import STAGES
-from flowlearn.training.module import FractureFlowModule
+
+# Lightning's import is the writer's alone: the readers (evaluate, ensemble, report) start without it.
+if TYPE_CHECKING:
+    from flowlearn.data.datamodule import FractureDataset
+    from flowlearn.training.module import FractureFlowModule
 
 FIELD_NAMES = ("aperture", "active", "correction", "log_k", "pressure", "pressure_reference")
 # The attributes every group has.
