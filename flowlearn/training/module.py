@@ -19,10 +19,8 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 
-import lightning as L
 import torch
 from torch import nn
-from torchmetrics import MaxMetric, MeanMetric
 
 from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
@@ -49,6 +47,13 @@ from flowlearn.training.metrics import (
     training_loss,
     training_residuals,
 )
+
+# isort: off
+# After flowlearn.data.datamodule's import, which imports Lightning (and torchmetrics) with the collector paused.
+import lightning as L
+from torchmetrics import MaxMetric, MeanMetric
+
+# isort: on
 
 log = logging.getLogger(__name__)
 
