@@ -39,7 +39,7 @@ from flowlearn.errors import (
     SettingError,
 )
 from flowlearn.outputs import check_new_output
-from flowlearn.runtime import collection_paused, quick_exit
+from flowlearn.runtime import quick_exit
 
 
 class _Parser(argparse.ArgumentParser):
@@ -430,9 +430,7 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run_predict(args: argparse.Namespace) -> int:
     from flowlearn.data.schema import check_writable
-
-    with collection_paused():  # Lightning's import: one pass of the garbage collector, not several
-        from flowlearn.training.predict import predict
+    from flowlearn.training.predict import predict
 
     check_distinct_names("INPUTS", args.inputs)
     check_new_output(args.output, "predictions", args.inputs, "one of the inputs", run_dir=args.run_dir)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_support import run_counting_lightning
 
 from flowlearn.cli import COMMANDS, build_parser
 
@@ -58,30 +59,15 @@ def test_help_says_each_default_once(command):
             assert f"(default: {shown})" in entry, entry
 
 
-# Which of Lightning's modules a command line loaded, printed by a fresh interpreter that runs it.
-_LOADED_LIGHTNING = """
-import sys
-from flowlearn.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit:
-    pass
-print(sum(name.split(".")[0] == "lightning" for name in sys.modules))
-"""
-
-
 @pytest.mark.parametrize("argv", [["--help"], *([command.name, "--help"] for command in COMMANDS)])
 def test_no_command_line_loads_lightning_to_declare_its_options(argv):
     """Declaring a command's options imports what their defaults and ranges come from, never Lightning: its import
     is 1.5-2 s, more than the whole of ``flowlearn --help`` (1.4 s). The commands that run a model load it
     (tests/test_report.py)."""
-    result = subprocess.run(
-        [sys.executable, "-c", _LOADED_LIGHTNING, *argv], capture_output=True, text=True, check=True
-    )
-    *_, count = result.stdout.split()
-    assert int(count) == 0
+    output, _, _, count = run_counting_lightning(argv)
+    assert count == 0
     # Each command's own options are still declared, and --help still lists every command.
     if argv == ["--help"]:
-        assert all(command.name in result.stdout for command in COMMANDS)
+        assert all(command.name in output for command in COMMANDS)
     else:
-        assert "--" in result.stdout.split("options:")[-1]
+        assert "--" in output.split("options:")[-1]

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import run_counting_lightning
 from viz_support import tiny_run, train
 
 from flowlearn.cli import main
@@ -209,15 +208,6 @@ def test_evaluate_prints_the_held_out_medians_of_the_model_and_every_baseline(fl
     ) in out
 
 
-# Runs a ``flowlearn`` command line in a fresh interpreter, then prints how many of Lightning's modules it loaded.
-_LIGHTNING_MODULES_AFTER = """
-import sys
-from flowlearn.cli import main
-status = main(sys.argv[1:])
-print(status, sum(name.split(".")[0] == "lightning" for name in sys.modules))
-"""
-
-
 @pytest.mark.parametrize(
     ("command", "lightning"),
     [("evaluate", False), ("report", False), ("ensemble", False), ("predict", True)],
@@ -226,9 +216,8 @@ def test_only_the_commands_that_run_a_model_load_lightning(run, tmp_path, comman
     """Reading a predictions file needs no Lightning (whose import is 1.5-2 s of a 2 s ``flowlearn evaluate``);
     ``predict``, which loads the trained model, is the control that the count sees Lightning where it loads."""
     predictions = str(run / "predictions.h5")
-    copy = shutil.copy(
-        predictions, tmp_path / "member.h5"
-    )  # a second member: an ensemble's are distinct files
+    # A second member: an ensemble's members are distinct files.
+    copy = shutil.copy(predictions, tmp_path / "member.h5")
     argv = {
         "evaluate": ["evaluate", predictions],
         "report": ["report", str(run), "--output", str(tmp_path / "report"), "--dpi", "50"],
@@ -241,12 +230,9 @@ def test_only_the_commands_that_run_a_model_load_lightning(run, tmp_path, comman
             str(tmp_path / "predicted.h5"),
         ],
     }[command]
-    result = subprocess.run(
-        [sys.executable, "-c", _LIGHTNING_MODULES_AFTER, *argv], capture_output=True, text=True, check=True
-    )
-    status, count = result.stdout.split()[-2:]
-    assert status == "0", result.stderr
-    assert (int(count) > 0) == lightning
+    _, errors, status, count = run_counting_lightning(argv)
+    assert status == 0, errors
+    assert (count > 0) == lightning
 
 
 def test_the_verdict_names_the_best_closed_form_and_counts_fractures_without_flow_rates_apart():
