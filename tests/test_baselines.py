@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from flowlearn.data.datamodule import FractureDataset, find_fractures
 from flowlearn.data.departure import lcl_flow_rate
 from flowlearn.data.roughness import RoughnessParams, rough_fracture
 from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.engines import make_engine
 from flowlearn.models import CNNCorrection, LocalCubicLaw
 from flowlearn.models.baselines import BASELINE_NAMES, baseline_log_t
 from flowlearn.models.laws import (
@@ -32,6 +34,7 @@ from flowlearn.reporting.heldout import MODEL, HeldOut, summary
 from flowlearn.reporting.report import final_metrics
 from flowlearn.reporting.runs import read_metrics
 from flowlearn.training.batches import FractureProblems, as_batch
+from flowlearn.training.epoch_metrics import EpochMetrics
 from flowlearn.training.metrics import (
     DEPARTURE_ERR,
     FLOW_RATE_ERR,
@@ -375,3 +378,51 @@ def test_the_problem_cache_keeps_the_fractures_its_pixels_hold_least_recently_us
     large = FractureProblems(pixels=10)
     only = large.get("a", active, 2.0, 1.0)
     assert large.get("a", active, 2.0, 1.0) is only
+
+
+def test_each_fractures_baselines_are_solved_once_while_its_problem_is_kept(data_with_flow_rates):
+    dataset = FractureDataset(find_fractures(data_with_flow_rates))
+    engine = make_engine("auto")
+    pixels = dataset[0]["aperture"].numel()
+    module = FractureFlowModule(CNNCorrection(dim=2, channels=2, depth=1), LocalCubicLaw(), solver=engine)
+    module.problems = module.baselines.problems = FractureProblems(pixels)  # room for one fracture
+    batches = [as_batch(dataset[i]) for i in range(2)]
+    first = module.baselines.solutions(batches[0], 0, 3.0)
+    solves = engine.stats.pcg_solves + engine.stats.direct_solves
+    free = torch.ones_like(batches[0]["active"][0])
+    module.baselines.metrics(batches[0], 0, free, 3.0)  # the metrics of the fracture whose solutions are kept
+    assert module.baselines.solutions(batches[0], 0, 3.0) is first
+    assert engine.stats.pcg_solves + engine.stats.direct_solves == solves
+    # Another exponent is another power law: solved again, to the pressure of T ∝ Ap^2.
+    again = module.baselines.solutions(batches[0], 0, 2.0)
+    torch.testing.assert_close(again["ap2"][0], first["ap2"][0], equal_nan=True)
+    assert not torch.allclose(again["power"][0], first["power"][0], equal_nan=True)
+    torch.testing.assert_close(again["power"][0], again["ap2"][0], equal_nan=True, rtol=1e-9, atol=1e-12)
+    # The second fracture's problem takes the first one's place: its solutions go with it.
+    module.baselines.solutions(batches[1], 0, 2.0)
+    gc.collect()
+    assert len(module.baselines._solutions) == 1
+
+
+def test_epoch_metrics_are_the_mean_and_maximum_over_the_fractures_that_have_each_value():
+    columns, reductions = ["mse", "rel_err_max", "flow_rate_err", "wedge_mse"], ["mean", "max", "mean", "max"]
+    nan = math.nan
+    batches = [
+        np.array([[1.0, 3.0, nan, nan], [2.0, 5.0, 4.0, nan]]),
+        np.array([[6.0, 4.0, 2.0, nan]]),
+    ]
+    metric = EpochMetrics(columns, reductions)
+    for rows in batches:
+        metric.update(torch.tensor(rows))
+    values = metric.compute()
+    table = np.concatenate(batches)
+    assert values["mse"] == pytest.approx(3.0)  # (1 + 2 + 6) / 3
+    assert values["rel_err_max"] == 5.0
+    assert values["flow_rate_err"] == pytest.approx(3.0)  # two fractures have a flow rate
+    assert values["wedge_mse"] == -math.inf  # none has the value: not logged
+    np.testing.assert_allclose(float(values["mse"]), np.nanmean(table[:, 0]))
+    metric.reset()
+    metric.update(torch.tensor([[7.0, 1.0, nan, 2.0]]))
+    values = metric.compute()
+    assert (float(values["mse"]), float(values["rel_err_max"]), float(values["wedge_mse"])) == (7.0, 1.0, 2.0)
+    assert math.isnan(values["flow_rate_err"])

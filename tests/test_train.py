@@ -268,6 +268,12 @@ def test_ddp_on_two_cpu_processes_matches_one_process(dataset, tmp_path):
     assert single.keys() == ddp.keys()
     for name in single:
         np.testing.assert_allclose(ddp[name], single[name], rtol=1e-9, atol=1e-12)
+    # Each process saw one of the two validation fractures: the logged means and maxima are those of both.
+    single_metrics, ddp_metrics = read_metrics(tmp_path / "single"), read_metrics(tmp_path / "ddp")
+    for column in ("val/mse", "val/rel_err_max", "val/departure_err", "val/lcl_mse", "val/lcl_rel_err_max"):
+        np.testing.assert_allclose(
+            metric_series(ddp_metrics, column)[1], metric_series(single_metrics, column)[1], rtol=1e-9
+        )
 
 
 def test_julia_solver_without_julia_fails_at_start_up(dataset, tmp_path):

@@ -60,6 +60,9 @@ LAW_FORMULAS = {
 LCL = "LCL (T = Ap³/12)"
 PANEL_INCHES = 3.6  # width of one map panel
 MARGIN_INCHES = 0.1  # margin around a written figure's content, in its face colour (savefig's pad_inches)
+# zlib level of the PNG files. Pillow's default, 6, took 213 ms to encode the five figures of experiment=paper; 3
+# takes 100 ms, and the files come out 3% smaller to 12% larger (maps compress no better with more effort).
+PNG_COMPRESSION = 3
 HELD_OUT = ("val", "test")
 # Splits in the order the single-fracture maps pick their fracture from.
 SHOWCASE_SPLITS = ("test", "val", "train", "predict")
@@ -570,4 +573,4 @@ def write_png(fig: Figure, path: str | Path, dpi: int) -> None:
     beyond = ((max(-top, 0), max(bottom - height, 0)), (max(-left, 0), max(right - width, 0)))
     face = np.round(np.multiply(fig.get_facecolor(), 255)).astype(np.uint8)
     image = np.stack([np.pad(inside[..., c], beyond, constant_values=face[c]) for c in range(4)], axis=-1)
-    imsave(path, image, format="png", dpi=dpi)
+    imsave(path, image, format="png", dpi=dpi, pil_kwargs={"compress_level": PNG_COMPRESSION})

@@ -1,7 +1,9 @@
 """The baselines on the fractures of a run: their pressures and flow rates, their metrics, the power law's fit.
 
 The laws are those of :mod:`flowlearn.models.baselines`; their pressure and flow rate come from the same Darcy solve
-as a learned model's. The baselines do not learn, so each fracture's metrics are computed once and kept. They solve
+as a learned model's. The baselines do not learn, so each fracture's metrics are computed once and kept, and so are
+its solutions while the model keeps the fracture's problem: the predictions and figures written after training
+solve no baseline again (a third of the real fracture's final figures and predictions). They solve
 on the model's own problems, so that a fracture's grid layout serves both, and as one-offs
 (:func:`~flowlearn.darcy.solve.solve_pressure`'s ``one_off``): an engine keeps nothing of them, so the factor that
 the model's training steps reuse stays the model's, even when the baselines are solved between a step's forward
@@ -15,11 +17,13 @@ predict`` reuse it.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 from scipy.optimize import minimize_scalar
 
 from flowlearn.darcy.flux import outlet_flow_rate
+from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.data.datamodule import FractureDataset
 from flowlearn.engines import Engine
 from flowlearn.models.baselines import BASELINE_NAMES, baseline_log_t
@@ -45,10 +49,16 @@ class BaselineScores:
         self.problems = problems
         # Per fracture (problem key), per baseline, per metric: the value (a few floats each).
         self._metrics: dict[str, dict[str, dict[str, float]]] = {}
+        # Per problem, as long as ``problems`` keeps it: the power exponent and the solutions at it, by baseline
+        # (56 bytes a pixel against the problem's own 800).
+        self._solutions: weakref.WeakKeyDictionary[DarcyProblem, tuple[float, dict]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def forget(self) -> None:
-        """Drop the metrics computed so far (the ``power`` exponent changed)."""
+        """Drop the metrics and solutions computed so far (the ``power`` exponent changed)."""
         self._metrics.clear()
+        self._solutions.clear()
 
     @torch.no_grad()
     def solutions(
@@ -57,20 +67,24 @@ class BaselineScores:
         """Pressure (*shape, float64, NaN where inactive) and outlet flow rate (0-d float64) of every baseline that
         applies to fracture ``index`` of the batch, by baseline name (``power`` is absent while ``power_exponent``
         is NaN, ``wedge`` where the voxel size is unknown, ``inclined`` where the walls are, ``mlcl`` where either
-        is)."""
+        is). The tensors are kept for the next call on the fracture: read them, do not modify them."""
+        name = batch["name"][index]
+        problem = self.problems.get(name, batch["active"][index], *heads(batch, index))
+        kept_exponent, solutions = self._solutions.get(problem, (math.nan, None))
+        if solutions is not None and _same(kept_exponent, power_exponent):
+            return solutions
         log_ap = log_aperture(batch)[index : index + 1]
         active = batch["active"][index : index + 1]
         inclination, slope = (
             batch[k][index : index + 1].to(torch.float64) for k in ("inclination", "aperture_slope")
         )
-        name = batch["name"][index]
-        problem = self.problems.get(name, batch["active"][index], *heads(batch, index))
         solutions = {}
         for baseline in BASELINE_NAMES:
             log_t = baseline_log_t(baseline, log_ap, active, power_exponent, inclination, slope)
             if log_t is not None:
                 pressure = solve_fracture(log_t, problem, name, self.solver, one_off=True)
                 solutions[baseline] = (pressure[0], outlet_flow_rate(log_t, pressure, problem)[0])
+        self._solutions[problem] = (power_exponent, solutions)
         return solutions
 
     def metrics(
@@ -127,3 +141,8 @@ class BaselineScores:
             options={"xatol": POWER_EXPONENT_TOLERANCE},
         )
         return float(result.x)
+
+
+def _same(a: float, b: float) -> bool:
+    """Whether two power exponents are the same, NaN (not fitted) being the same as NaN."""
+    return a == b or (math.isnan(a) and math.isnan(b))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterable
 
 import torch
@@ -51,13 +50,12 @@ from flowlearn.training.metrics import (
 # isort: off
 # After flowlearn.data.datamodule's import, which imports Lightning (and torchmetrics) with the collector paused.
 import lightning as L
-from torchmetrics import MaxMetric, MeanMetric
+from flowlearn.training.epoch_metrics import EpochMetrics
 
 # isort: on
 
 log = logging.getLogger(__name__)
 
-_REDUCTIONS = {"mean": MeanMetric, "max": MaxMetric}
 # An epoch's mean training loss this many times the lowest so far: the optimiser has been thrown out of the basin
 # it was descending (a pressure MSE is bounded, so a diverging run shows as a jump rather than as infinity).
 EXPLODING_LOSS = 1e3
@@ -71,6 +69,8 @@ NEGLIGIBLE_LOSS = 1e-8
 TRAINING_DATA = "training_data"
 # The names (without stage) of the baselines' metrics.
 _BASELINE_METRICS = frozenset(metric_name(m.name, b) for b in BASELINE_NAMES for m in METRICS)
+# Every metric a stage logs, the model's then each baseline's, with its reduction over the fractures: (name, reduce).
+_COLUMNS = tuple((metric_name(m.name, b), m.reduce) for b in (None, *BASELINE_NAMES) for m in METRICS)
 
 
 class FractureFlowModule(L.LightningModule):
@@ -130,14 +130,8 @@ class FractureFlowModule(L.LightningModule):
         # ModuleDict keys may not shadow Module attributes such as ``train``: hence "<stage>_metrics".
         self.metrics = nn.ModuleDict(
             {
-                f"{stage}_metrics": nn.ModuleDict(
-                    {
-                        metric_name(metric.name, baseline): _REDUCTIONS[metric.reduce]().set_dtype(
-                            torch.float64
-                        )
-                        for baseline in (None, *BASELINE_NAMES)
-                        for metric in METRICS
-                    }
+                f"{stage}_metrics": EpochMetrics(
+                    [name for name, _ in _COLUMNS], [reduce for _, reduce in _COLUMNS]
                 )
                 for stage in STAGES
             }
@@ -320,22 +314,25 @@ class FractureFlowModule(L.LightningModule):
                 f"non-finite {stage} loss before training, fractures {list(batch['name'])}: check the aperture "
                 "and pressure fields of these fractures"
             )
-        metrics = self.metrics[f"{stage}_metrics"]
         heads = (batch["inlet_pressure"], batch["outlet_pressure"])
         with torch.no_grad():
             errors = fracture_metrics(
                 predicted, reference, free, *heads, fields["flow_rate"].detach(), reference_flow_rate
             )
-            for name, values in errors.items():
-                _update(metrics[metric_name(name)], values)
+            # A row per fracture of every column: the model's values, then each baseline's (cached floats); NaN
+            # where a fracture has no value (a baseline that does not apply).
+            model = {metric_name(name): values.tolist() for name, values in errors.items()}
+            rows = []
             for index in range(len(problems)):
+                row = {name: values[index] for name, values in model.items()}
                 for baseline, values in self.baselines.metrics(
                     batch, index, free[index], float(self.power_exponent)
                 ).items():
-                    for name, value in values.items():
-                        _update(
-                            metrics[metric_name(name, baseline)], torch.tensor([value], dtype=torch.float64)
-                        )
+                    row.update({metric_name(name, baseline): value for name, value in values.items()})
+                rows.append([row.get(name, math.nan) for name, _ in _COLUMNS])
+            self.metrics[f"{stage}_metrics"].update(
+                torch.tensor(rows, dtype=torch.float64, device=reference.device)
+            )
         if stage == "train":
             batch_size = len(batch["name"])
             self._epoch_losses.append(float(loss.detach()) * batch_size)
@@ -383,19 +380,16 @@ class FractureFlowModule(L.LightningModule):
 
     def _log_epoch(self, stage: str) -> None:
         metrics = self.metrics[f"{stage}_metrics"]
-        if metrics[MSE].update_count == 0:
+        if metrics.update_count == 0:
             return
         # Every process computes every metric (the computation is collective under DDP); a metric that no fracture
         # of the stage has (a flow rate, a baseline that does not apply) comes out NaN or -inf and is not logged.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"The ``compute`` method of metric")
-            values = {name: metric.compute() for name, metric in metrics.items()}
+        values = dict(metrics.compute())  # a copy: torchmetrics keeps the computed dict until the reset
         values[IMPROVEMENT] = improvement(values[REL_ERR_MEAN], values[metric_name(REL_ERR_MEAN, COMPARED)])
         for name, value in values.items():
             if torch.isfinite(value) and not self._repeated_baseline(stage, name, float(value)):
                 self.log(f"{stage}/{name}", value, prog_bar=column(stage, name) == column("val", MSE))
-        for metric in metrics.values():
-            metric.reset()
+        metrics.reset()
 
     def _repeated_baseline(self, stage: str, name: str, value: float) -> bool:
         """Whether ``name`` is a baseline's metric of the fit (train or val) already logged with ``value``. Each
@@ -439,10 +433,3 @@ class FractureFlowModule(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test")
-
-
-def _update(metric: MeanMetric | MaxMetric, values: torch.Tensor) -> None:
-    """Add the finite ``values`` (B,) of a metric; NaN marks a fracture that does not have it."""
-    finite = values[torch.isfinite(values)]
-    if finite.numel():
-        metric.update(finite)
