@@ -405,13 +405,13 @@ def test_each_fractures_baselines_are_solved_once_while_its_problem_is_kept(data
 
 
 def test_epoch_metrics_are_the_mean_and_maximum_over_the_fractures_that_have_each_value():
-    columns, reductions = ["mse", "rel_err_max", "flow_rate_err", "wedge_mse"], ["mean", "max", "mean", "max"]
+    reductions = {"mse": "mean", "rel_err_max": "max", "flow_rate_err": "mean", "wedge_mse": "max"}
     nan = math.nan
     batches = [
         np.array([[1.0, 3.0, nan, nan], [2.0, 5.0, 4.0, nan]]),
         np.array([[6.0, 4.0, 2.0, nan]]),
     ]
-    metric = EpochMetrics(columns, reductions)
+    metric = EpochMetrics(reductions)
     for rows in batches:
         metric.update(torch.tensor(rows))
     values = metric.compute()

@@ -10,7 +10,7 @@ about 4 s of the default 30-epoch run.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 import torch
 from torchmetrics import Metric
@@ -22,8 +22,8 @@ class EpochMetrics(Metric):
     """Mean or maximum of each column over the rows (fractures) that have a finite value in it.
 
     Args:
-        columns: The columns' names, C of them.
-        reductions: Per column, ``"mean"`` or ``"max"``.
+        reductions: Each column's reduction, ``"mean"`` or ``"max"``, by its name, in the order of the rows' C
+            values.
 
     Under DDP the states reduce as torchmetrics' ``MeanMetric`` and ``MaxMetric`` would: sums and counts by sum,
     maxima by max, so that every process computes the values of all fractures.
@@ -31,16 +31,16 @@ class EpochMetrics(Metric):
 
     full_state_update = False
 
-    def __init__(self, columns: Sequence[str], reductions: Sequence[str]) -> None:
+    def __init__(self, reductions: Mapping[str, str]) -> None:
         super().__init__()
-        if len(columns) != len(reductions) or not set(reductions) <= set(REDUCTIONS):
-            raise ValueError(
-                f"one reduction of {REDUCTIONS} per column, got {list(reductions)} for {list(columns)}"
-            )
-        self.columns = tuple(columns)
+        if not set(reductions.values()) <= set(REDUCTIONS):
+            raise ValueError(f"each column's reduction must be one of {REDUCTIONS}, got {dict(reductions)}")
+        self.columns = tuple(reductions)
         count = len(self.columns)
         self.register_buffer(
-            "_is_max", torch.tensor([r == "max" for r in reductions], dtype=torch.bool), persistent=False
+            "_is_max",
+            torch.tensor([r == "max" for r in reductions.values()], dtype=torch.bool),
+            persistent=False,
         )
         self.add_state("sums", torch.zeros(count, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("counts", torch.zeros(count, dtype=torch.float64), dist_reduce_fx="sum")

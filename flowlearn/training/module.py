@@ -69,8 +69,8 @@ NEGLIGIBLE_LOSS = 1e-8
 TRAINING_DATA = "training_data"
 # The names (without stage) of the baselines' metrics.
 _BASELINE_METRICS = frozenset(metric_name(m.name, b) for b in BASELINE_NAMES for m in METRICS)
-# Every metric a stage logs, the model's then each baseline's, with its reduction over the fractures: (name, reduce).
-_COLUMNS = tuple((metric_name(m.name, b), m.reduce) for b in (None, *BASELINE_NAMES) for m in METRICS)
+# Every metric a stage logs, the model's then each baseline's: its reduction over the fractures, by name.
+_COLUMNS = {metric_name(m.name, b): m.reduce for b in (None, *BASELINE_NAMES) for m in METRICS}
 
 
 class FractureFlowModule(L.LightningModule):
@@ -128,14 +128,7 @@ class FractureFlowModule(L.LightningModule):
         self._epoch_fractures = 0
         self._lowest_loss = math.inf
         # ModuleDict keys may not shadow Module attributes such as ``train``: hence "<stage>_metrics".
-        self.metrics = nn.ModuleDict(
-            {
-                f"{stage}_metrics": EpochMetrics(
-                    [name for name, _ in _COLUMNS], [reduce for _, reduce in _COLUMNS]
-                )
-                for stage in STAGES
-            }
-        )
+        self.metrics = nn.ModuleDict({f"{stage}_metrics": EpochMetrics(_COLUMNS) for stage in STAGES})
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         """The optimizer of this module's parameters; :class:`ConfigError` for a hyperparameter that its class
@@ -329,7 +322,7 @@ class FractureFlowModule(L.LightningModule):
                     batch, index, free[index], float(self.power_exponent)
                 ).items():
                     row.update({metric_name(name, baseline): value for name, value in values.items()})
-                rows.append([row.get(name, math.nan) for name, _ in _COLUMNS])
+                rows.append([row.get(name, math.nan) for name in _COLUMNS])
             self.metrics[f"{stage}_metrics"].update(
                 torch.tensor(rows, dtype=torch.float64, device=reference.device)
             )
