@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,12 @@ import pytest
 
 from flowlearn.data.lbm import CXX_COMPILERS
 from flowlearn.engines import Engine, cholmod_available, make_engine
+
+# Tests start train.py and the command line in fresh processes, again and again. Where the environment sets
+# PYTHONDONTWRITEBYTECODE, every one of them compiles flowlearn's modules from source again (0.4-0.6 s a process,
+# a sixth of tests/test_user_errors.py's time): Python's default, restored here for those processes, compiles each
+# module once.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 EXAMPLE_FRACTURE = Path(__file__).resolve().parents[2] / "shared" / "data" / "example_fracture.mat"
 
