@@ -17,7 +17,6 @@ first step and the final figure set run outside training and are listed apart.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 import lightning as L
+from processes import process_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,8 +79,9 @@ def run_case(overrides: list[str], run_dir: Path) -> dict:
         "+callbacks.timer._target_=bench_figures.StepTimer",
         *overrides,
     ]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+    result = subprocess.run(
+        command, cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=3600
+    )
     if result.returncode != 0:
         raise RuntimeError(f"train.py failed ({' '.join(overrides)}):\n{result.stderr[-3000:]}")
     return json.loads((run_dir / "timing.json").read_text())

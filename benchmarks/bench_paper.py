@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from processes import process_env
 
 BENCHMARKS = Path(__file__).resolve().parent
 REPO = BENCHMARKS.parent
@@ -34,8 +35,11 @@ FIRST_STEP = "bench_first_step.FirstStep"
 def script(path: str, factor_once: bool) -> tuple[float, list[float]]:
     """(wall seconds, losses) of paper_superlu.py."""
     command = [sys.executable, str(BENCHMARKS / "paper_superlu.py"), path]
+    env = process_env()
     start = time.time()
-    out = subprocess.run(command + (["--factor-once"] if factor_once else []), capture_output=True, text=True)
+    out = subprocess.run(
+        command + (["--factor-once"] if factor_once else []), capture_output=True, text=True, env=env
+    )
     seconds = time.time() - start
     if out.returncode:
         raise RuntimeError(out.stderr)
@@ -54,10 +58,7 @@ def run(path: str, directory: Path) -> tuple[float, float, list[float]]:
         f"+callbacks.first_step._target_={FIRST_STEP}",
         f"+callbacks.first_step.path={marker}",
     ]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCHMARKS), os.environ.get("PYTHONPATH")])),
-    }
+    env = process_env()
     start = time.time()
     out = subprocess.run(command, capture_output=True, text=True, env=env)
     seconds = time.time() - start

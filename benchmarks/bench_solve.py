@@ -53,6 +53,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
 from fields import loss_of, rough_log_k
+from processes import process_env
 from sksparse import cholmod
 
 from flowlearn import DarcyProblem, solve_pressure
@@ -201,9 +202,14 @@ def one_off(shape: tuple[int, int], repeats: int) -> dict:
 def fresh_one_off(name: str, method: str, repeats: int) -> float:
     """Fastest of ``repeats`` seconds of the first one-off solve by ``method`` on grid ``name``, each in a fresh
     process, its imports excluded: what ``flowlearn predict`` pays for one map."""
+    env = process_env()
     runs = [
         subprocess.run(
-            [sys.executable, __file__, "--fresh", name, method], capture_output=True, text=True, check=True
+            [sys.executable, __file__, "--fresh", name, method],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
         )
         for _ in range(repeats)
     ]

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from processes import process_env
 
 BENCHMARKS = Path(__file__).resolve().parent
 REPO = BENCHMARKS.parent
@@ -49,11 +50,7 @@ def main() -> None:
             f"+callbacks.rss.path={log}",
             "+callbacks.progress_bar.refresh_rate=0",
         ]
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCHMARKS), os.environ.get("PYTHONPATH")])),
-        }
-        out = subprocess.run(command, capture_output=True, text=True, env=env)
+        out = subprocess.run(command, capture_output=True, text=True, env=process_env())
         if out.returncode:
             sys.exit(out.stderr[-3000:])
         with log.open() as f:
