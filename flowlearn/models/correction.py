@@ -81,10 +81,24 @@ class _Network(nn.Module):
 
     inputs: tuple[str, ...]
     dim: int  # 2 for maps, 3 for volumes
+    kernel_size: int
     initial: float
     exact_on_plates: bool
     config_name: str  # the model's name in configs/model
     options: tuple[str, ...]  # the attributes that shape its weights, as in its config
+
+    def __init__(
+        self, dim: int, kernel_size: int, initial: float, inputs: Sequence[str], exact_on_plates: bool
+    ) -> None:
+        """Check and keep the arguments every network takes (documented by the subclasses); a subclass then builds
+        its layers and makes its weights float64."""
+        super().__init__()
+        if kernel_size % 2 == 0 or kernel_size < 1:
+            raise ValueError(f"kernel_size must be odd and positive, got {kernel_size}")
+        self.dim, self.kernel_size = dim, kernel_size
+        self.inputs = check_input_names(inputs)
+        self.initial = float(initial)
+        self.exact_on_plates = bool(exact_on_plates)
 
     @property
     def description(self) -> str:
@@ -153,12 +167,9 @@ class CNNCorrection(_Network):
         inputs: Sequence[str] = DEFAULT_INPUTS,
         exact_on_plates: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(dim, kernel_size, initial, inputs, exact_on_plates)
         conv = _convolution(dim)
-        if kernel_size % 2 == 0 or kernel_size < 1:
-            raise ValueError(f"kernel_size must be odd and positive, got {kernel_size}")
-        self.inputs = check_input_names(inputs)
-        self.channels, self.depth, self.kernel_size, self.dim = channels, depth, kernel_size, dim
+        self.channels, self.depth = channels, depth
         layers: list[nn.Module] = []
         width = channel_count(self.inputs, dim)
         for _ in range(depth):
@@ -169,8 +180,6 @@ class CNNCorrection(_Network):
             width = channels
         self.body = nn.Sequential(*layers)
         self.head = _zero_head(conv, width)
-        self.initial = float(initial)
-        self.exact_on_plates = bool(exact_on_plates)
         self.double()
 
     def _output(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -209,16 +218,12 @@ class UNetCorrection(_Network):
         inputs: Sequence[str] = DEFAULT_INPUTS,
         exact_on_plates: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(dim, kernel_size, initial, inputs, exact_on_plates)
         conv = _convolution(dim)
         transposed = nn.ConvTranspose2d if dim == 2 else nn.ConvTranspose3d
-        if kernel_size % 2 == 0 or kernel_size < 1:
-            raise ValueError(f"kernel_size must be odd and positive, got {kernel_size}")
         if levels < 1:
             raise ValueError(f"levels must be >= 1, got {levels}")
-        self.inputs = check_input_names(inputs)
-        self.channels, self.levels, self.kernel_size = channels, levels, kernel_size
-        self.dim = dim
+        self.channels, self.levels = channels, levels
 
         def block(width_in: int, width_out: int) -> nn.Sequential:
             return nn.Sequential(
@@ -239,8 +244,6 @@ class UNetCorrection(_Network):
         )
         self.decoders = nn.ModuleList([block(2 * fine, fine) for fine in widths[:-1]])
         self.head = _zero_head(conv, widths[0])
-        self.initial = float(initial)
-        self.exact_on_plates = bool(exact_on_plates)
         self.double()
 
     def _halve(self, features: torch.Tensor, down: nn.Module) -> torch.Tensor:
