@@ -3,11 +3,10 @@
 The laws are those of :mod:`flowlearn.models.baselines`; their pressure and flow rate come from the same Darcy solve
 as a learned model's. The baselines do not learn, so each fracture's metrics are computed once and kept, and so are
 its solutions while the model keeps the fracture's problem: the predictions and figures written after training
-solve no baseline again (seven solves per fracture). They solve
-on the model's own problems, so that a fracture's grid layout serves both, and as one-offs
-(:func:`~flowlearn.darcy.solve.solve_pressure`'s ``one_off``): an engine keeps nothing of them, so the factor that
-the model's training steps reuse stays the model's, even when the baselines are solved between a step's forward
-solve and its adjoint.
+solve no baseline again (seven solves per fracture). They solve on the model's own problems, so that a fracture's
+grid layout serves both, and as one-offs (:func:`~flowlearn.darcy.solve.solve_pressure`'s ``one_off``): an engine
+keeps nothing of them, so the factor that the model's training steps reuse stays the model's, even when the
+baselines are solved between a step's forward solve and its adjoint.
 
 The ``power`` baseline's exponent is fitted on the training split when fitting starts (:meth:`BaselineScores.
 fit_power_exponent`); the module stores it with its weights, so that a resumed run, the test and ``flowlearn
