@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from flowlearn import Grid, ProblemError
+from flowlearn.darcy.grid import axis_edges
 
 
 def test_2d_node_order_is_y_fastest():
@@ -46,6 +47,24 @@ def test_3d_node_order_edges_and_counts():
     assert aol[(0, nz)] == pytest.approx(dx * dz / dy)
     assert aol[(0, 1)] == pytest.approx(dx * dy / dz)
     assert list(map(tuple, grid.edges[:3])) == [(0, nz * ny), (0, nz), (0, 1)]
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (5, 1), (1, 4), (3, 4, 5)])
+def test_axis_edges_are_the_grids_edges_in_image_order(shape):
+    """The same pairs of pixels as the DPFEHM-order edge table (mapped to image indices), per axis x, y[, z], each
+    pair lower index first and each axis's pairs increasing."""
+    grid = Grid.from_image(shape)
+    edges, counts = axis_edges(shape)
+    pixel_of_node = grid.to_nodes(np.arange(grid.num_nodes).reshape(shape))
+    dpfehm = np.sort(pixel_of_node[grid.edges], axis=1)
+    assert counts == tuple(np.bincount(grid.edge_axes, minlength=grid.dim))
+    start = 0
+    for axis, count in enumerate(counts):
+        block, along = edges[start : start + count], dpfehm[grid.edge_axes == axis]
+        np.testing.assert_array_equal(block, along[np.lexsort(along.T[::-1])])
+        assert np.all(np.diff(block[:, 0]) > 0)
+        start += count
+    assert start == len(edges) == len(grid.edges)
 
 
 def test_image_node_round_trip_numpy_and_torch():

@@ -61,11 +61,12 @@ class SystemLayout:
         a, b = a[used], b[used]
         aol = candidates.areas_over_lengths[used]
         # Orient free-Dirichlet edges free-first so that column 0 is always a free node.
-        flip = fixed[a]
-        a, b = np.where(flip, b, a), np.where(flip, a, b)
+        # In place, since few are: about a thousand of the two million edges of a 1024x1024 map.
+        flip = np.flatnonzero(fixed[a])
+        a[flip], b[flip] = b[flip], a[flip]
         if not own_nodes:
             slot_a, slot_b = slot_a[used], slot_b[used]
-            slot_a, slot_b = np.where(flip, slot_b, slot_a), np.where(flip, slot_a, slot_b)
+            slot_a[flip], slot_b[flip] = slot_b[flip], slot_a[flip]
         both_free = free[b]
         # Within each group, edges follow the image order of their nodes: gathers and scatters over edges then
         # stream through memory. (DPFEHM's order walks the image with a stride of a whole row, and every access

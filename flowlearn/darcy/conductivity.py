@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowlearn.darcy.grid import Grid
+from flowlearn.darcy.grid import Grid, axis_edges
 from flowlearn.darcy.tensor import nine_point_edges
 from flowlearn.errors import SolveInputError
 
@@ -83,11 +83,11 @@ def candidate_edges(grid: Grid, form: str) -> CandidateEdges:
         pixels = nine_point_edges(grid.shape)
         slots = np.repeat(np.arange(len(pixels))[:, None], 2, axis=1)
         return CandidateEdges(pixels, np.ones(len(pixels)), slots, len(pixels), "linear")
-    pixel_of_node = grid.to_nodes(np.arange(grid.num_nodes).reshape(grid.shape))
-    pixels = pixel_of_node[grid.edges]
+    pixels, counts = axis_edges(grid.shape)
+    areas_over_lengths = np.repeat(grid.axis_areas_over_lengths, counts)
     if form == "scalar":
-        return CandidateEdges(pixels, grid.areas_over_lengths, pixels, grid.num_nodes, "geometric")
+        return CandidateEdges(pixels, areas_over_lengths, pixels, grid.num_nodes, "geometric")
     if form == "axes":
-        slots = pixels + grid.num_nodes * grid.edge_axes[:, None]
-        return CandidateEdges(pixels, grid.areas_over_lengths, slots, grid.dim * grid.num_nodes, "geometric")
+        slots = pixels + grid.num_nodes * np.repeat(np.arange(grid.dim), counts)[:, None]
+        return CandidateEdges(pixels, areas_over_lengths, slots, grid.dim * grid.num_nodes, "geometric")
     raise ValueError(f"unknown conductivity form {form!r}; the forms are {', '.join((*FORMS, EDGES))}")

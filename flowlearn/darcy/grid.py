@@ -12,7 +12,8 @@ Two layouts name the same nodes:
   then y, then x, in 3D. This is the Fortran-order flattening of the image.
 
 Edges are listed exactly as DPFEHM's ``regulargrid2d``/``regulargrid3d`` build them: nodes in node order, and at
-each node first its +x neighbour, then +y, then +z.
+each node first its +x neighbour, then +y, then +z. :func:`axis_edges` lists the same edges in image order, the
+order the solve assembles its system in.
 """
 
 from __future__ import annotations
@@ -173,17 +174,22 @@ class Grid:
         cell = float(np.prod(self.spacing)) * (self.thickness if self.dim == 2 else 1.0)
         return np.full(self.num_nodes, cell)
 
+    @property
+    def axis_areas_over_lengths(self) -> tuple[float, ...]:
+        """Face area over node distance of an edge along each axis, DPFEHM order (x, y[, z]), metres: the area of
+        the face normal to the axis (dy*dz, ...; dz the thickness in 2D) over the spacing along it."""
+        spacing = self.spacing
+        depth = self.thickness if self.dim == 2 else 1.0
+        return tuple(
+            math.prod(spacing[other] for other in range(self.dim) if other != axis) * depth / spacing[axis]
+            for axis in range(self.dim)
+        )
+
     @cached_property
     def _edge_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         index = np.arange(self.num_nodes).reshape(self.ns)  # index[ix, iy(, iz)] = node
-        spacing = self.spacing
-        depth = self.thickness if self.dim == 2 else None
         candidates, aols = [], []
-        for axis in range(self.dim):
-            # Area of the face normal to `axis` divided by the distance between the two nodes.
-            others = [spacing[a] for a in range(self.dim) if a != axis]
-            area = float(np.prod(others)) * (depth if depth is not None else 1.0)
-            aol = area / spacing[axis]
+        for axis, aol in enumerate(self.axis_areas_over_lengths):
             shifted = np.full(self.ns, -1, dtype=np.int64)
             src = [slice(None)] * self.dim
             dst = [slice(None)] * self.dim
@@ -240,3 +246,22 @@ class Grid:
         shape = array.shape
         if tuple(shape[len(shape) - len(expected) :]) != tuple(expected) or len(shape) < len(expected):
             raise ProblemError(f"{what} of shape {tuple(shape)} does not end in the grid's shape {expected}")
+
+
+def axis_edges(shape: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The edges between neighbouring pixels of an image of ``shape`` (H, W) or (D, H, W), in image order: int64
+    (E, 2) flat image indices, the lower first, the x-edges first, then the y-edges (then the z-edges), each axis's
+    pairs in increasing order; and how many edges run along each axis (x, y[, z]).
+
+    The image order the solve's layout sorts its edges into, which this order reaches by merging sorted runs."""
+    index = np.arange(math.prod(shape)).reshape(shape)
+    counts = tuple(index.size - index.size // n for n in reversed(shape))
+    edges = np.empty((sum(counts), 2), dtype=np.int64)
+    start = 0
+    for count, image_axis in zip(counts, reversed(range(len(shape)))):  # x is the image's last axis
+        lower = index[(slice(None),) * image_axis + (slice(0, -1),)]
+        block = edges[start : start + count]
+        np.copyto(block[:, 0].reshape(lower.shape), lower)
+        np.add(block[:, 0], math.prod(shape[image_axis + 1 :]), out=block[:, 1])
+        start += count
+    return edges, counts

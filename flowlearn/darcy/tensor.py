@@ -45,6 +45,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from flowlearn.darcy.grid import axis_edges
 from flowlearn.errors import SolveInputError
 
 
@@ -54,13 +55,10 @@ def nine_point_edges(shape: tuple[int, int]) -> np.ndarray:
     (r, c)-(r+1, c+1) and the anti-diagonals (r, c+1)-(r+1, c) (both (H-1, W-1)), each row-major."""
     height, width = shape
     pixel = np.arange(height * width).reshape(shape)
-    pairs = (
-        (pixel[:, :-1], pixel[:, 1:]),
-        (pixel[:-1, :], pixel[1:, :]),
-        (pixel[:-1, :-1], pixel[1:, 1:]),
-        (pixel[:-1, 1:], pixel[1:, :-1]),
-    )
-    return np.concatenate([np.stack([a.ravel(), b.ravel()], axis=1) for a, b in pairs]).astype(np.int64)
+    diagonals = ((pixel[:-1, :-1], pixel[1:, 1:]), (pixel[:-1, 1:], pixel[1:, :-1]))
+    return np.concatenate(
+        [axis_edges(shape)[0], *(np.stack([a.ravel(), b.ravel()], axis=1) for a, b in diagonals)]
+    ).astype(np.int64)
 
 
 def edge_transmissibilities(
