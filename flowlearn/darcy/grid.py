@@ -187,23 +187,13 @@ class Grid:
 
     @cached_property
     def _edge_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        index = np.arange(self.num_nodes).reshape(self.ns)  # index[ix, iy(, iz)] = node
-        candidates, aols = [], []
-        for axis, aol in enumerate(self.axis_areas_over_lengths):
-            shifted = np.full(self.ns, -1, dtype=np.int64)
-            src = [slice(None)] * self.dim
-            dst = [slice(None)] * self.dim
-            src[axis], dst[axis] = slice(1, None), slice(None, -1)
-            shifted[tuple(dst)] = index[tuple(src)]
-            candidates.append(shifted.ravel())
-            aols.append(np.full(self.num_nodes, aol))
-        # Interleave per node (x, y[, z]) and keep existing neighbours: DPFEHM's edge order.
-        neighbour = np.stack(candidates, axis=1).ravel()
-        aol = np.stack(aols, axis=1).ravel()
-        node = np.repeat(np.arange(self.num_nodes), self.dim)
-        axis = np.tile(np.arange(self.dim), self.num_nodes)
-        keep = neighbour >= 0
-        return np.stack([node[keep], neighbour[keep]], axis=1), aol[keep], axis[keep]
+        pixels, counts = axis_edges(self.shape)
+        node_of_pixel = self.to_image(np.arange(self.num_nodes)).reshape(-1)
+        # Each pair's lower pixel is its lower node too; DPFEHM's order is by node, then axis (x, y, z).
+        nodes = node_of_pixel[pixels]
+        axes = np.repeat(np.arange(self.dim), counts)
+        order = np.lexsort((axes, nodes[:, 0]))
+        return nodes[order], np.repeat(self.axis_areas_over_lengths, counts)[order], axes[order]
 
     @property
     def edges(self) -> np.ndarray:
