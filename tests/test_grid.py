@@ -49,22 +49,43 @@ def test_3d_node_order_edges_and_counts():
     assert list(map(tuple, grid.edges[:3])) == [(0, nz * ny), (0, nz), (0, 1)]
 
 
+@pytest.mark.parametrize("ns", [(3, 2), (4, 1), (2, 3, 4), (3, 1, 2)])
+def test_edges_follow_dpfehm_node_by_node_then_x_y_z(ns):
+    """Against regulargrid2d/3d's loop written out: nodes in node order (the last axis fastest), and at each node
+    its +x, +y[, +z] neighbours where they exist."""
+    grid = Grid((0.0,) * len(ns), tuple(float(n) for n in ns), ns)
+    node = np.arange(grid.num_nodes).reshape(ns)  # node[ix, iy(, iz)]
+    expected = []
+    for position in np.ndindex(*ns):
+        for axis in range(len(ns)):
+            if position[axis] + 1 < ns[axis]:
+                neighbour = list(position)
+                neighbour[axis] += 1
+                expected.append((node[position], node[tuple(neighbour)], axis))
+    expected = np.array(expected).reshape(-1, 3)
+    np.testing.assert_array_equal(grid.edges, expected[:, :2])
+    np.testing.assert_array_equal(grid.edge_axes, expected[:, 2])
+
+
 @pytest.mark.parametrize("shape", [(2, 3), (5, 1), (1, 4), (3, 4, 5)])
-def test_axis_edges_are_the_grids_edges_in_image_order(shape):
-    """The same pairs of pixels as the DPFEHM-order edge table (mapped to image indices), per axis x, y[, z], each
-    pair lower index first and each axis's pairs increasing."""
-    grid = Grid.from_image(shape)
+def test_axis_edges_pair_each_pixel_with_its_next_neighbour_along_x_then_y_then_z(shape):
+    """Against the pairs built pixel by pixel in image (C) order: per axis x, y[, z], each pixel with the next one
+    along the axis, where there is one."""
+    index = np.arange(np.prod(shape)).reshape(shape)
+    expected = []
+    for image_axis in reversed(range(len(shape))):  # x is the image's last axis
+        pairs = []
+        for position in np.ndindex(*shape):
+            if position[image_axis] + 1 < shape[image_axis]:
+                neighbour = list(position)
+                neighbour[image_axis] += 1
+                pairs.append((index[position], index[tuple(neighbour)]))
+        expected.append(pairs)
     edges, counts = axis_edges(shape)
-    pixel_of_node = grid.to_nodes(np.arange(grid.num_nodes).reshape(shape))
-    dpfehm = np.sort(pixel_of_node[grid.edges], axis=1)
-    assert counts == tuple(np.bincount(grid.edge_axes, minlength=grid.dim))
-    start = 0
-    for axis, count in enumerate(counts):
-        block, along = edges[start : start + count], dpfehm[grid.edge_axes == axis]
-        np.testing.assert_array_equal(block, along[np.lexsort(along.T[::-1])])
-        assert np.all(np.diff(block[:, 0]) > 0)
-        start += count
-    assert start == len(edges) == len(grid.edges)
+    assert counts == tuple(len(pairs) for pairs in expected)
+    np.testing.assert_array_equal(
+        edges, np.array([pair for pairs in expected for pair in pairs]).reshape(-1, 2)
+    )
 
 
 def test_image_node_round_trip_numpy_and_torch():
