@@ -57,8 +57,9 @@ def nine_point_edges(shape: tuple[int, int]) -> np.ndarray:
     pixel = np.arange(height * width).reshape(shape)
     diagonals = ((pixel[:-1, :-1], pixel[1:, 1:]), (pixel[:-1, 1:], pixel[1:, :-1]))
     return np.concatenate(
-        [axis_edges(shape)[0], *(np.stack([a.ravel(), b.ravel()], axis=1) for a, b in diagonals)]
-    ).astype(np.int64)
+        [axis_edges(shape)[0], *(np.stack([a.ravel(), b.ravel()], axis=1) for a, b in diagonals)],
+        dtype=np.int64,
+    )
 
 
 def edge_transmissibilities(
