@@ -1,6 +1,6 @@
 """Train a permeability correction: ``python train.py [group=option ...] [key=value ...]``.
 
-A thin Hydra shell around :func:`flowlearn.training.train.run`; configs/train.yaml lists the config groups.
+A thin Hydra shell around :func:`flowlearn.cli.train.run`; configs/train.yaml lists the config groups.
 """
 
 from pathlib import Path
@@ -16,7 +16,7 @@ def main(cfg: DictConfig) -> float | None:
     from flowlearn.runtime import collection_paused
 
     with collection_paused(then="freeze"):  # the rest of the run's imports
-        from flowlearn.training.train import run
+        from flowlearn.cli.train import run
 
     return run(cfg)
 

@@ -36,9 +36,9 @@ import torch
 
 from flowlearn.data.datamodule import FractureDataModule
 from flowlearn.engines import make_engine
+from flowlearn.metrics import training_loss
 from flowlearn.models import ExponentLaw, PixelCorrection
 from flowlearn.training.gauss_newton import GaussNewton, linearize
-from flowlearn.training.metrics import training_loss
 from flowlearn.training.module import FractureFlowModule
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,8 +27,8 @@ from dataclasses import replace
 
 from fields import rough_indices
 
-from flowlearn.data import lbm
-from flowlearn.data.generate import DatasetConfig, generate_fracture
+from flowlearn.reference import lbm
+from flowlearn.reference.generate import DatasetConfig, generate_fracture
 
 
 def _cold_and_warm(config: DatasetConfig, indices: list[int], threads: int) -> list[tuple[float, float]]:

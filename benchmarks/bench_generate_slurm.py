@@ -41,10 +41,10 @@ from pathlib import Path
 # Its first line imports flowlearn, before anything imports torch.
 from bench_generate import _cold_and_warm
 
-from flowlearn.data.cluster import SlurmSettings, generate_on_slurm
-from flowlearn.data.generate import DatasetConfig, generate_dataset
-from flowlearn.data.recipes import RECIPES
-from flowlearn.data.schema import read_fractures
+from flowlearn.data.files import read_fractures
+from flowlearn.fractures.recipes import RECIPES
+from flowlearn.reference.cluster import SlurmSettings, generate_on_slurm
+from flowlearn.reference.generate import DatasetConfig, generate_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 

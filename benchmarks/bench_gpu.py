@@ -43,13 +43,13 @@ import torch
 from fields import loss_of, rough_indices, rough_log_k
 
 from flowlearn import DarcyProblem, solve_pressure
-from flowlearn.data import lbm
-from flowlearn.data.generate import DatasetConfig, generate_fracture
-from flowlearn.data.lbm import DEPTH_QUANTUM
-from flowlearn.data.voxels import voxelize
 from flowlearn.engines import make_engine
 from flowlearn.engines.gpu import GPUEngine
 from flowlearn.errors import ConvergenceError, GPUUnavailableError
+from flowlearn.reference import lbm
+from flowlearn.reference.generate import DatasetConfig, generate_fracture
+from flowlearn.reference.lbm import DEPTH_QUANTUM
+from flowlearn.reference.voxels import voxelize
 
 SIZES = (256, 512, 1024, 2048, 4096)
 DEFAULT_SIZES = (256, 1024, 2048, 4096)

@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 from flowlearn.data.inputs import DEFAULT_INPUTS, channel_count
+from flowlearn.metrics import DEPARTURE_ERR, FLOW_RATE_ERR
 from flowlearn.models.correction import CNNCorrection
 from flowlearn.reporting.heldout import MODEL, held_out
-from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR
 
 REPO = Path(__file__).resolve().parent.parent
 PRECISIONS = {"64-true": torch.float64, "32-true": torch.float32}

@@ -4,7 +4,7 @@
     python benchmarks/closed_forms.py --data my.h5 --seed 3
 
 No training: each law is a fixed transmissivity of the aperture map and the walls, solved with the project's Darcy
-solve on unit pixels, and scored with the metrics of every run (:mod:`flowlearn.training.metrics`), medians over
+solve on unit pixels, and scored with the metrics of every run (:mod:`flowlearn.metrics`), medians over
 the fractures of a split. The rows:
 
 - ``lcl``: T = Ap³/12;
@@ -34,11 +34,12 @@ from omegaconf import OmegaConf
 from flowlearn import DarcyProblem, solve_pressure
 from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.data.datamodule import find_fractures, split_fractures
-from flowlearn.data.inclination import aperture_slope, inclination_tensor
-from flowlearn.data.schema import Fracture, read_fracture
+from flowlearn.data.files import read_fracture
+from flowlearn.data.schema import Fracture
+from flowlearn.fractures.inclination import aperture_slope, inclination_tensor
+from flowlearn.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE, fracture_metrics
 from flowlearn.models.baselines import baseline_log_t
 from flowlearn.models.laws import wedge_factor
-from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE, fracture_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 EMBEDDED = ROOT / "data" / "fractures.h5"

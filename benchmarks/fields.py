@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from flowlearn.data.generate import DatasetConfig
+    from flowlearn.reference.generate import DatasetConfig
 
 
 def rough_log_k(shape: tuple[int, int], seed: int = 0) -> torch.Tensor:

@@ -36,11 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
-from flowlearn.data.refinement import is_measured
-from flowlearn.data.schema import Fracture, read_fractures, write_fractures
+from flowlearn.data.files import read_fractures, write_fractures
+from flowlearn.data.schema import Fracture
+from flowlearn.metrics import DEPARTURE_ERR, FLOW_RATE_ERR
 from flowlearn.models.baselines import COMPARED
+from flowlearn.reference.refinement import is_measured
 from flowlearn.reporting.heldout import held_out
-from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR
 
 VOXEL = 1e-5  # metres, the embedded dataset's
 GAP = 8  # voxels across the mean gap, the embedded dataset's

@@ -31,12 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from flowlearn.data.reference_error import smooth_walls
-from flowlearn.data.refinement import is_measured
-from flowlearn.data.schema import read_fractures
+from flowlearn.data.files import read_fractures
+from flowlearn.metrics import FLOW_RATE_ERR
 from flowlearn.models.baselines import COMPARED
+from flowlearn.reference.reference_error import smooth_walls
+from flowlearn.reference.refinement import is_measured
 from flowlearn.reporting.heldout import MODEL, split_metrics
-from flowlearn.training.metrics import FLOW_RATE_ERR
 from flowlearn.training.predictions import group_name, read_predictions
 
 # How far each judged reference lies from Q(1x), in units of the measured 2x change c.

@@ -5,6 +5,10 @@
 from flowlearn.runtime import collection_paused
 # isort: on
 
+from flowlearn._moved import install as _install_moved_names
+
+_install_moved_names()  # the old names of modules that moved (flowlearn._moved), for one release
+
 with collection_paused():  # torch's and scipy's imports: one pass of the garbage collector, not several
     from flowlearn.darcy.grid import Grid
     from flowlearn.darcy.problem import DarcyProblem
@@ -15,8 +19,8 @@ with collection_paused():  # torch's and scipy's imports: one pass of the garbag
         ProblemError,
         SolveInputError,
     )
+    from flowlearn.version import __version__ as __version__
 
-__version__ = "0.1.0"
 
 __all__ = [
     "ConvergenceError",

@@ -10,8 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
-from flowlearn.data.lbm import CXX_COMPILERS
 from flowlearn.engines import Engine, cholmod_available, make_engine
+from flowlearn.reference.lbm import CXX_COMPILERS
 
 # Tests start train.py and the command line in fresh processes, again and again. Where the environment sets
 # PYTHONDONTWRITEBYTECODE, every one of them compiles flowlearn's modules from source again (0.4-0.6 s a process,
@@ -50,7 +50,7 @@ def example_fracture() -> tuple[np.ndarray, np.ndarray]:
 
 def require_openfoam() -> None:
     """Skip the calling test (or module) where OpenFOAM's tools are not on PATH; the reason says how to install."""
-    from flowlearn.data.stokes import TOOLS
+    from flowlearn.reference.stokes import TOOLS
 
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
@@ -81,8 +81,8 @@ def parallel_plates(refine_every: int = 0):
     require_lbm()
     from dataclasses import replace
 
-    from flowlearn.data.generate import DatasetConfig, _make
-    from flowlearn.data.recipes import Published
+    from flowlearn.fractures.recipes import Published
+    from flowlearn.reference.generate import DatasetConfig, _make
 
     config = DatasetConfig(
         count=1,

@@ -1,5 +1,6 @@
-"""The package's structure: no import cycles, a lean ``import flowlearn``, one engine registry, every exception in
-errors.py. Read from the source with ast, so that a cycle fails here before it fails some import order at run time.
+"""The package's structure: its floors (no import runs up the house), no import cycles, a lean ``import flowlearn``,
+one engine registry, every exception in errors.py, the old names of moved modules. Read from the source with ast,
+so that a cycle or an upward import fails here before it fails some import order at run time.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import flowlearn.errors
+from flowlearn._moved import MOVED
 from flowlearn.engines import ENGINES, Engine, engine_class
 
 PACKAGE = Path(__file__).resolve().parents[1] / "flowlearn"
@@ -93,6 +95,98 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+# The floors of the house, from the ground up (docs/architecture.md draws them): a module may import modules of its
+# own floor and of the floors below it, never one above, whether at load time or inside a function. A room is a
+# package or a module; a module belongs to the longest room that contains it. The package's face (flowlearn/
+# __init__.py, what `import flowlearn` gives) stands on top.
+FLOORS = (
+    # Shared by every floor: errors, argument checks, the process's runtime and threads, sparse helpers, every
+    # metric's definition, the reading of a run folder, the version, the old names of moved modules.
+    (
+        "flowlearn.errors",
+        "flowlearn.checks",
+        "flowlearn.runtime",
+        "flowlearn.threads",
+        "flowlearn.sparse",
+        "flowlearn.metrics",
+        "flowlearn.runs",
+        "flowlearn.version",
+        "flowlearn._moved",
+    ),
+    ("flowlearn.darcy", "flowlearn.engines", "flowlearn.bridge"),  # the solve and its backends
+    ("flowlearn.fractures",),  # geometry: arrays in, arrays out
+    ("flowlearn.data",),  # fracture files, input channels, the DataModule
+    ("flowlearn.reference",),  # the flow a law is judged against
+    ("flowlearn.models",),  # corrections, laws, closed forms
+    ("flowlearn.training",),
+    ("flowlearn.reporting",),
+    ("flowlearn.cli",),  # the commands, python train.py's entry point
+    ("flowlearn",),
+)
+
+
+def _floor(module: str) -> int:
+    rooms = [
+        (len(room), level)
+        for level, floor in enumerate(FLOORS)
+        for room in floor
+        if module == room or module.startswith(room + ".")
+    ]
+    return max(rooms)[1]
+
+
+def test_every_module_stands_on_a_floor_and_no_import_runs_up():
+    graph = _import_graph(deferred=True)
+    assert {_floor(module) for module in graph} == set(range(len(FLOORS))), "a floor without a module"
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if _floor(target) > _floor(module)
+    )
+    assert upward == []
+
+
+def test_the_floor_check_finds_an_import_that_runs_up():
+    # data/placements.py once drew its figure with reporting.figures; data/reference_error.py read training's
+    # metrics: both would be found.
+    graph = _import_graph(deferred=True)
+    graph["flowlearn.reference.placements"] = graph["flowlearn.reference.placements"] | {
+        "flowlearn.reporting.figures"
+    }
+    assert _floor("flowlearn.reference.placements") < _floor("flowlearn.reporting.figures")
+    assert _floor("flowlearn.metrics") < _floor("flowlearn.data.schema") < _floor("flowlearn.reference.lbm")
+
+
+def test_no_file_is_over_a_thousand_lines_and_no_room_over_a_quarter_of_the_package():
+    lines = {path: len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
+    assert [str(path.relative_to(PACKAGE)) for path, n in lines.items() if n > 1000] == []
+    rooms: dict[str, int] = {}
+    for path, n in lines.items():
+        room = path.relative_to(PACKAGE).parts[0]
+        rooms[room] = rooms.get(room, 0) + n
+    total = sum(rooms.values())
+    assert {room: n for room, n in rooms.items() if n > total / 4} == {}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_a_moved_module_is_importable_by_its_old_name_with_a_warning(old):
+    code = (
+        "import importlib, warnings\n"
+        "import flowlearn\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    old = importlib.import_module({old!r})\n"
+        f"new = importlib.import_module({MOVED[old]!r})\n"
+        "assert old is new and new.__spec__.name == new.__name__, (old, new.__spec__)\n"
+        "assert [w.category for w in caught] == [DeprecationWarning], caught\n"
+        f"assert {MOVED[old]!r} in str(caught[0].message)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert old not in _modules(), "an old name is still a file"
+
+
 def test_the_package_has_no_import_cycle():
     graph = _import_graph()
     assert "flowlearn.darcy.solve" in graph["flowlearn"], "the graph misses a known import"
@@ -102,8 +196,10 @@ def test_the_package_has_no_import_cycle():
 def test_no_cycle_hides_behind_an_import_inside_a_function():
     # A deferred import breaks a cycle at load time only: the two modules still cannot be read one without the other.
     graph = _import_graph(deferred=True)
-    assert "flowlearn.data.generate" in graph["flowlearn.cli"], "the graph misses a known deferred import"
-    assert "flowlearn.data.generate" not in _import_graph()["flowlearn.cli"]
+    assert "flowlearn.reference.generate" in graph["flowlearn.cli.generate"], (
+        "the graph misses a known deferred import"
+    )
+    assert "flowlearn.reference.generate" not in _import_graph()["flowlearn.cli.generate"]
     assert _cycles(graph) == []
 
 

@@ -14,12 +14,20 @@ from test_train import run_train
 
 from flowlearn import DarcyProblem, solve_pressure
 from flowlearn.darcy.flux import outlet_flow_rate
-from flowlearn.data import inclination
 from flowlearn.data.datamodule import FractureDataset, find_fractures
-from flowlearn.data.departure import lcl_flow_rate
-from flowlearn.data.roughness import RoughnessParams, rough_fracture
-from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.data.files import write_fractures
+from flowlearn.data.schema import Fracture
 from flowlearn.engines import make_engine
+from flowlearn.fractures import inclination
+from flowlearn.fractures.roughness import RoughnessParams, rough_fracture
+from flowlearn.metrics import (
+    DEPARTURE_ERR,
+    FLOW_RATE_ERR,
+    MSE,
+    fracture_metrics,
+    linear_profile,
+    training_loss,
+)
 from flowlearn.models import CNNCorrection, LocalCubicLaw
 from flowlearn.models.baselines import BASELINE_NAMES, baseline_log_t
 from flowlearn.models.laws import (
@@ -30,19 +38,12 @@ from flowlearn.models.laws import (
     power_law_log_t,
     wedge_factor,
 )
+from flowlearn.reference.departure import lcl_flow_rate
 from flowlearn.reporting.heldout import MODEL, HeldOut, summary
 from flowlearn.reporting.report import final_metrics
-from flowlearn.reporting.runs import read_metrics
+from flowlearn.runs import read_metrics
 from flowlearn.training.batches import FractureProblems, as_batch
 from flowlearn.training.epoch_metrics import EpochMetrics
-from flowlearn.training.metrics import (
-    DEPARTURE_ERR,
-    FLOW_RATE_ERR,
-    MSE,
-    fracture_metrics,
-    linear_profile,
-    training_loss,
-)
 from flowlearn.training.module import FractureFlowModule
 
 VOXEL_SIZE = 1e-5

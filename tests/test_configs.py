@@ -15,7 +15,7 @@ from test_train import EMBEDDED, ROOT, make_dataset, run_train
 
 from flowlearn.data.datamodule import find_fractures
 from flowlearn.errors import UnavailableError
-from flowlearn.reporting.runs import metric_series, read_metrics
+from flowlearn.runs import metric_series, read_metrics
 from flowlearn.training import build
 from flowlearn.training.build import build_correction, model_inputs
 

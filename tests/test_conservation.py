@@ -18,9 +18,10 @@ from conftest import EXAMPLE_FRACTURE
 from flowlearn import DarcyProblem, solve_pressure
 from flowlearn.cli import main
 from flowlearn.darcy.flux import column_flow_rates, outlet_flow_rate
-from flowlearn.data.conservation import MARGIN, TOLERANCE, check_files, check_fracture, summary
-from flowlearn.data.roughness import RoughnessParams, rough_fracture
-from flowlearn.data.schema import Fracture, read_fracture, write_fractures
+from flowlearn.data.files import read_fracture, write_fractures
+from flowlearn.data.schema import Fracture
+from flowlearn.fractures.roughness import RoughnessParams, rough_fracture
+from flowlearn.reference.conservation import MARGIN, TOLERANCE, check_files, check_fracture, summary
 
 SHAPE = (24, 40)
 

@@ -13,7 +13,8 @@ import pytest
 from conftest import parallel_plates, plates_refinement_change, require_lbm
 
 from flowlearn.cli import main
-from flowlearn.data.schema import Fracture, read_fractures, write_fractures
+from flowlearn.data.files import read_fractures, write_fractures
+from flowlearn.data.schema import Fracture
 
 SHARED = Path(__file__).resolve().parents[2] / "shared/data/example_fracture.mat"
 REPO = Path(__file__).resolve().parents[1]
@@ -98,8 +99,8 @@ def test_generate_writes_a_valid_dataset_with_provenance(tmp_path, capsys):
 def test_a_generation_continues_from_the_fractures_it_finished(tmp_path):
     """The parts a stopped generation leaves are kept: the next run with the same settings computes the rest."""
     require_lbm()
-    from flowlearn.data.generate import DatasetConfig, generate_dataset
-    from flowlearn.data.recipes import Winding
+    from flowlearn.fractures.recipes import Winding
+    from flowlearn.reference.generate import DatasetConfig, generate_dataset
 
     winding = Winding(rms_ratio=(0.1, 0.2), wavelength_ratio=(1.0, 2.0))
     config = DatasetConfig(count=1, shape=(8, 24), mean_aperture=4.0, recipe=winding, seed=5)

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from conftest import require_lbm
 
-from flowlearn.data.convergence import differences, grid_convergence
-from flowlearn.data.lbm import LBMSettings
-from flowlearn.data.roughness import RoughnessParams, rough_fracture
+from flowlearn.fractures.roughness import RoughnessParams, rough_fracture
+from flowlearn.reference.convergence import differences, grid_convergence
+from flowlearn.reference.lbm import LBMSettings
 
 require_lbm()
 
@@ -36,7 +36,7 @@ def test_parallel_plates_refined_carry_the_lattice_flux_exactly_at_every_refinem
     refined runs must be brought back to the coarse length for this to hold: on this 12-column map they would
     otherwise sit 4.3 % (2×) and 5.7 % (3×) low. What remains is within 0.5 % (measured: 0.1 % low at 1×, 0.4 % at
     3×, the pressure-driven lattice's compressibility and boundary layers)."""
-    from flowlearn.data.closure import ClosureParams, closed_fracture
+    from flowlearn.fractures.closure import ClosureParams, closed_fracture
 
     h, w, b = 2, 12, 3.0
     plates = closed_fracture(ClosureParams((h, w), b, 0.7, 0.0, 0.0, 6.0, 2.0, 0.0, seed=0, kind="parallel"))
@@ -53,7 +53,7 @@ def test_observed_order_and_the_smooth_wall_estimate_recover_a_power_law(order):
     """Values Q(r) = Q∞ + C r^-p at r = 1, 2, 3: the order found is p and the estimate Q∞, exactly."""
     import math
 
-    from flowlearn.data.convergence import Resolution, observed_order, smooth_wall_estimate
+    from flowlearn.reference.convergence import Resolution, observed_order, smooth_wall_estimate
 
     limit, scale = 0.87, 0.14
     values = {r: limit + scale * r**-order for r in (1, 2, 3)}
@@ -69,7 +69,7 @@ def test_observed_order_and_the_smooth_wall_estimate_recover_a_power_law(order):
 def test_wall_fitted_solves_extrapolate_at_second_order_from_the_two_finest():
     """Q(r) = Q∞ + C r^-2 at r = 2, 3 on the wall-fitted mesh: the estimate is Q∞ from those two alone, and a
     coarser solve off the power law does not move it."""
-    from flowlearn.data.convergence import Resolution, smooth_wall_estimate
+    from flowlearn.reference.convergence import Resolution, smooth_wall_estimate
 
     limit, scale = 0.87, 0.14
     values = {1: 5.0, 2: limit + scale / 4, 3: limit + scale / 9}

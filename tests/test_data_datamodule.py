@@ -18,8 +18,9 @@ from flowlearn.data.datamodule import (
     find_fractures,
     split_fractures,
 )
+from flowlearn.data.files import read_fracture, write_fractures
 from flowlearn.data.inputs import input_channels
-from flowlearn.data.schema import Fracture, read_fracture, write_fractures
+from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError
 
 

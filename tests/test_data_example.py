@@ -11,11 +11,11 @@ import scipy.sparse.linalg as spla
 import yaml
 
 from flowlearn.data.datamodule import FractureDataModule, find_fractures, split_fractures
-from flowlearn.data.departure import departures, summarize
-from flowlearn.data.reference_error import is_measured as is_smooth_wall_measured
-from flowlearn.data.reference_error import recorded_error
-from flowlearn.data.refinement import is_measured
-from flowlearn.data.schema import read_fractures
+from flowlearn.data.files import read_fractures
+from flowlearn.data.provenance import recorded_error
+from flowlearn.reference.departure import departures, summarize
+from flowlearn.reference.reference_error import is_measured as is_smooth_wall_measured
+from flowlearn.reference.refinement import is_measured
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "data/fractures.h5"

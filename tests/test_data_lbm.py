@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from conftest import require_lbm
 
-from flowlearn.data.generate import generate_fracture
-from flowlearn.data.lbm import LBMSettings, simulate
-from flowlearn.data.roughness import RoughnessParams, rough_fracture
-from flowlearn.data.schema import read_fracture, validate_fracture, write_fractures
-from flowlearn.data.voxels import voxelize, voxelize_aperture
+from flowlearn.data.files import read_fracture, write_fractures
+from flowlearn.data.schema import validate_fracture
 from flowlearn.errors import ReferenceConvergenceError
+from flowlearn.fractures.roughness import RoughnessParams, rough_fracture
+from flowlearn.reference.generate import generate_fracture
+from flowlearn.reference.lbm import LBMSettings, simulate
+from flowlearn.reference.voxels import voxelize, voxelize_aperture
 
 require_lbm()
 

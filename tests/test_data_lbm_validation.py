@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from conftest import require_lbm
 
-from flowlearn.data.generate import DatasetConfig
-from flowlearn.data.lbm import LBMSettings, simulate
-from flowlearn.data.voxels import flux_weighted_average, voxelize, voxelize_aperture
+from flowlearn.reference.generate import DatasetConfig
+from flowlearn.reference.lbm import LBMSettings, simulate
+from flowlearn.reference.voxels import flux_weighted_average, voxelize, voxelize_aperture
 
 require_lbm()
 

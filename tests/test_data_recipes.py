@@ -11,12 +11,12 @@ import h5py
 import numpy as np
 import pytest
 
-from flowlearn.data.closure import ClosureParams, closed_fracture
-from flowlearn.data.generate import DatasetConfig
-from flowlearn.data.inclination import smoothed_gradient
-from flowlearn.data.recipes import RECIPES, Published, Winding
-from flowlearn.data.roughness import refine
-from flowlearn.data.schema import read_fractures
+from flowlearn.data.files import read_fractures
+from flowlearn.fractures.closure import ClosureParams, closed_fracture
+from flowlearn.fractures.inclination import smoothed_gradient
+from flowlearn.fractures.recipes import RECIPES, Published, Winding
+from flowlearn.fractures.roughness import refine
+from flowlearn.reference.generate import DatasetConfig
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "fractures.h5"
 
@@ -159,9 +159,9 @@ def test_the_winding_recipe_reproduces_the_example_dataset():
 
 
 def test_the_convergence_study_as_generated_takes_the_example_dataset_walls():
-    """`python -m flowlearn.data.convergence --as-generated --shape 64 64 --index I` studies data/fractures.h5's
+    """`python -m flowlearn.reference.convergence --as-generated --shape 64 64 --index I` studies data/fractures.h5's
     fracture I itself (its README's resolution figures are of fracture_095)."""
-    from flowlearn.data.convergence import study_walls
+    from flowlearn.reference.convergence import study_walls
 
     for fracture in read_fractures(EXAMPLE)[:2]:
         walls = study_walls(fracture.provenance["dataset"]["index"], (64, 64), 8.0, as_generated=True)

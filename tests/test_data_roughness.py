@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import optimize, special
 
-from flowlearn.data.roughness import (
+from flowlearn.fractures.roughness import (
     WALL_PLACEMENTS,
     RoughnessParams,
     geometry_stats,

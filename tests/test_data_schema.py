@@ -11,15 +11,8 @@ import h5py
 import numpy as np
 import pytest
 
-from flowlearn.data.schema import (
-    DataValidationError,
-    Fracture,
-    convert,
-    list_fractures,
-    read_fracture,
-    read_fractures,
-    write_fractures,
-)
+from flowlearn.data.files import convert, list_fractures, read_fracture, read_fractures, write_fractures
+from flowlearn.data.schema import DataValidationError, Fracture
 
 SHARED = Path(__file__).resolve().parents[2] / "shared/data/example_fracture.mat"
 REPO = Path(__file__).resolve().parents[1]
@@ -239,7 +232,8 @@ def test_truncated_file(tmp_path):
 WRITER = """
 import sys
 import numpy as np
-from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.data.files import write_fractures
+from flowlearn.data.schema import Fracture
 rng = np.random.default_rng(0)
 w = 512
 p = np.tile(2.0 - np.arange(w) / (w - 1), (w, 1))

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from flowlearn.cli import main
-from flowlearn.data.departure import departure, departures, hydraulic_aperture, lcl_flow_rate, summarize
-from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.data.files import write_fractures
+from flowlearn.data.schema import Fracture
+from flowlearn.reference.departure import departure, departures, hydraulic_aperture, lcl_flow_rate, summarize
 
 
 def uniform_gap(name: str, aperture: float, shape=(7, 7), ratio: float = 1.0, **geometry) -> Fracture:

@@ -14,9 +14,10 @@ import torch
 from test_inputs import make_walled_dataset, walled_fracture
 from test_train import ROOT, run_train
 
-from flowlearn.data.inclination import aperture_slope, inclination_tensor
+from flowlearn.data.files import write_fractures
 from flowlearn.data.inputs import INPUTS, input_channels, plate_channels
-from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.data.schema import Fracture
+from flowlearn.fractures.inclination import aperture_slope, inclination_tensor
 from flowlearn.models.correction import CNNCorrection, UNetCorrection
 from flowlearn.models.laws import ClosedFormLaw, Geometry
 from flowlearn.training.predictions import read_predictions

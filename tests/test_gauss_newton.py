@@ -23,14 +23,14 @@ from test_train import make_dataset
 
 from flowlearn.data.datamodule import FractureDataModule
 from flowlearn.errors import ConfigError
-from flowlearn.models import LocalCubicLaw, PixelCorrection
-from flowlearn.training.gauss_newton import GaussNewton, linearize
-from flowlearn.training.metrics import (
+from flowlearn.metrics import (
     DEPARTURE_ERR,
     fracture_metrics,
     pressure_scale,
     training_loss,
 )
+from flowlearn.models import LocalCubicLaw, PixelCorrection
+from flowlearn.training.gauss_newton import GaussNewton, linearize
 from flowlearn.training.module import FractureFlowModule
 
 SHAPE = (8, 9)

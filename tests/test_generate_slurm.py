@@ -21,7 +21,7 @@ from conftest import require_lbm
 from slurm_cluster import SlurmCluster, slurm_cluster, unavailable_reason
 
 from flowlearn.cli import main
-from flowlearn.data.schema import read_fractures
+from flowlearn.data.files import read_fractures
 
 pytestmark = pytest.mark.slurm
 

@@ -578,7 +578,7 @@ def test_pcg_preconditioned_by_an_earlier_factor_stays_exact_in_few_iterations()
 
 
 def _per_epoch(run_dir: Path, names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    from flowlearn.reporting.runs import metric_series, read_metrics
+    from flowlearn.runs import metric_series, read_metrics
 
     metrics = read_metrics(run_dir)
     return {name: metric_series(metrics, name)[1] for name in names}

@@ -10,9 +10,9 @@ from scipy import signal
 from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
-from flowlearn.data.inclination import inclination_tensor, smoothed_gradient
-from flowlearn.data.roughness import RoughnessParams, rough_fracture
 from flowlearn.data.schema import Fracture
+from flowlearn.fractures.inclination import inclination_tensor, smoothed_gradient
+from flowlearn.fractures.roughness import RoughnessParams, rough_fracture
 from flowlearn.models.baselines import baseline_log_t
 from flowlearn.models.laws import Geometry, InclinedCubicLaw, LocalCubicLaw
 

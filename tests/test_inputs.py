@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from flowlearn import DarcyProblem, solve_pressure
+from flowlearn.data.files import write_fractures
 from flowlearn.data.inputs import INPUTS, channel_count, check_input_names, input_channels, require_inputs
-from flowlearn.data.roughness import RoughnessParams, rough_fracture
-from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError
+from flowlearn.fractures.roughness import RoughnessParams, rough_fracture
 from flowlearn.models import CNNCorrection, UNetCorrection
 
 VOXEL = 1e-5  # metres per pixel

@@ -10,7 +10,7 @@ from nbclient import NotebookClient
 from viz_support import ROOT, tiny_run
 
 from flowlearn.reporting.report import final_metrics
-from flowlearn.reporting.runs import read_metrics
+from flowlearn.runs import read_metrics
 from flowlearn.training.predictions import read_predictions
 
 NOTEBOOK = ROOT / "notebooks" / "visualize.ipynb"

@@ -17,8 +17,8 @@ from flowlearn import DarcyProblem, ProblemError, solve_pressure
 from flowlearn.darcy.solve import _check_maximum_principle
 from flowlearn.engines import make_engine
 from flowlearn.errors import ConfigError, SolutionError
+from flowlearn.metrics import fracture_metrics
 from flowlearn.training.config import validate_config
-from flowlearn.training.metrics import fracture_metrics
 
 
 @pytest.mark.parametrize("solver", DIRECT_BACKENDS)

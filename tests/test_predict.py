@@ -16,9 +16,8 @@ import torch
 from test_inputs import make_walled_dataset, walled_fracture
 from test_train import ROOT, make_dataset, run_train
 
-from flowlearn.data.inclination import NO_WALLS
-from flowlearn.data.inputs import INPUTS
-from flowlearn.data.schema import read_fractures, write_fractures
+from flowlearn.data.files import read_fractures, write_fractures
+from flowlearn.data.inputs import INPUTS, NO_WALLS
 from flowlearn.models.baselines import BASELINE_NAMES
 from flowlearn.reporting.figures import figure_set
 from flowlearn.training.predictions import read_predictions

@@ -10,11 +10,13 @@ import pytest
 
 from flowlearn.cli import main
 from flowlearn.data.datamodule import FractureDataset, FractureRef
-from flowlearn.data.reference_error import ERRORS, INFERRED, MEASURED, recorded_error
-from flowlearn.data.schema import Fracture, read_fracture, read_fractures, write_fractures
+from flowlearn.data.files import read_fracture, read_fractures, write_fractures
+from flowlearn.data.provenance import ERRORS, recorded_error
+from flowlearn.data.schema import Fracture
+from flowlearn.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE
 from flowlearn.models.baselines import COMPARED
+from flowlearn.reference.reference_error import INFERRED, MEASURED
 from flowlearn.reporting.heldout import MODEL, HeldOut, verdict_table
-from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE
 from flowlearn.training.predictions import FractureFields, read_predictions, write_fields
 
 SHAPE = (6, 10)

@@ -11,8 +11,9 @@ import pytest
 from conftest import parallel_plates, plates_refinement_change
 
 from flowlearn.cli import main
-from flowlearn.data.refinement import MEASURED, infer_rule, measured_convergence, wall_slope
-from flowlearn.data.schema import Fracture, read_fracture, read_fractures, write_fractures
+from flowlearn.data.files import read_fracture, read_fractures, write_fractures
+from flowlearn.data.schema import Fracture
+from flowlearn.reference.refinement import MEASURED, infer_rule, measured_convergence, wall_slope
 
 VOXEL = 1e-5  # metres
 

@@ -15,7 +15,7 @@ from viz_support import tiny_run, train
 from flowlearn.cli import main
 from flowlearn.reporting.heldout import HeldOut, held_out, verdict_table
 from flowlearn.reporting.report import final_metrics
-from flowlearn.reporting.runs import read_metrics
+from flowlearn.runs import read_metrics
 from flowlearn.training.predictions import read_predictions
 
 

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from slurm_cluster import SlurmCluster, slurm_cluster, unavailable_reason
 from test_train import make_dataset, run_train
 
-from flowlearn.reporting.runs import metric_series, read_metrics
+from flowlearn.runs import metric_series, read_metrics
 
 pytestmark = pytest.mark.slurm
 

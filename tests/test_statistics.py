@@ -1,4 +1,4 @@
-"""Dimensionless fracture statistics (flowlearn.data.statistics): values by hand, ranges, and the lines of the
+"""Dimensionless fracture statistics (flowlearn.fractures.statistics): values by hand, ranges, and the lines of the
 out-of-range warnings."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from flowlearn.data.statistics import UNCOMPARED, aperture_statistics, out_of_range, statistic_ranges
+from flowlearn.fractures.statistics import UNCOMPARED, aperture_statistics, out_of_range, statistic_ranges
 
 
 def test_statistics_of_a_map_half_closed():

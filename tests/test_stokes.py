@@ -19,9 +19,9 @@ from conftest import require_openfoam
 from test_train import ROOT
 
 from flowlearn.cli import main
-from flowlearn.data.schema import read_fracture
-from flowlearn.data.stokes import VISCOSITY, StokesSettings, extrapolate, solve, solve_walls
+from flowlearn.data.files import read_fracture
 from flowlearn.errors import ReferenceConvergenceError
+from flowlearn.reference.stokes import VISCOSITY, StokesSettings, extrapolate, solve, solve_walls
 
 require_openfoam()
 
@@ -68,8 +68,8 @@ def test_the_wall_fitted_mesh_carries_the_schemes_exact_flux_on_plates(r):
 def test_the_wall_fitted_mesh_converges_at_second_order_on_a_wavy_channel():
     """Walls that rise and fall along the flow and across it, never touching: bilinear walls between exact corners
     and a second-order scheme make the error fall as h², so three refinements show an order near 2 (the observed
-    order of :func:`~flowlearn.data.convergence.observed_order`), and mass is conserved on the slanted cells."""
-    from flowlearn.data.convergence import observed_order
+    order of :func:`~flowlearn.reference.convergence.observed_order`), and mass is conserved on the slanted cells."""
+    from flowlearn.reference.convergence import observed_order
 
     results = [
         solve_walls(*_wavy_channel(), StokesSettings(cells_per_voxel=r, reservoir=2), progress=False)
@@ -205,9 +205,9 @@ def test_the_resolution_study_extrapolates_plates_to_the_cubic_law():
     plates fill their voxels' depth, as the reservoirs do: no entry losses between the end columns.)"""
     from conftest import require_lbm
 
-    from flowlearn.data.closure import ClosureParams, closed_fracture
-    from flowlearn.data.convergence import grid_convergence, smooth_wall_estimate
-    from flowlearn.data.lbm import LBMSettings
+    from flowlearn.fractures.closure import ClosureParams, closed_fracture
+    from flowlearn.reference.convergence import grid_convergence, smooth_wall_estimate
+    from flowlearn.reference.lbm import LBMSettings
 
     require_lbm()
     h, w, b = 2, 12, 4.0

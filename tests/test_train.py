@@ -22,11 +22,12 @@ import torch
 from conftest import EXAMPLE_FRACTURE
 
 from flowlearn import DarcyProblem, solve_pressure
-from flowlearn.data.inclination import aperture_slope, inclination_tensor
-from flowlearn.data.roughness import RoughnessParams, rough_fracture
-from flowlearn.data.schema import Fracture, read_fracture, write_fractures
+from flowlearn.data.files import read_fracture, write_fractures
+from flowlearn.data.schema import Fracture
+from flowlearn.fractures.inclination import aperture_slope, inclination_tensor
+from flowlearn.fractures.roughness import RoughnessParams, rough_fracture
 from flowlearn.models.baselines import BASELINE_NAMES
-from flowlearn.reporting.runs import metric_series, read_metrics
+from flowlearn.runs import metric_series, read_metrics
 from flowlearn.training.build import load_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,11 +27,12 @@ from test_configs import _compose
 from test_train import ROOT
 
 from flowlearn.cli import main
-from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.cli.train import run
+from flowlearn.data.files import write_fractures
+from flowlearn.data.schema import Fracture
 from flowlearn.threads import usable_cores
 from flowlearn.training import build
 from flowlearn.training.config import hydra_errors_as_one_line
-from flowlearn.training.train import run
 
 
 def _fracture(name: str, shape: tuple[int, int] = (6, 8), aperture: float = 1e-4, **fields) -> Fracture:
@@ -862,7 +863,7 @@ def test_generate_mistakes_stop_before_any_simulation(tmp_path, capsys, options,
 
 def test_generate_starts_no_more_processes_than_fractures(tmp_path, monkeypatch):
     # --processes 2 for one fracture: one process makes it, and no pool of idle workers is started.
-    from flowlearn.data import generate
+    from flowlearn.reference import generate
 
     monkeypatch.setattr(
         generate, "_make", lambda config, index, lbm: _fracture(generate.fracture_name(index))
@@ -985,7 +986,7 @@ def test_generate_slurm_without_a_controller_names_slurm_conf(tmp_path, capsys, 
     ],
 )
 def test_convergence_study_options(capsys, argv, message):
-    from flowlearn.data.convergence import main as convergence
+    from flowlearn.reference.convergence import main as convergence
 
     with pytest.raises(SystemExit) as stop:
         convergence(argv)
@@ -995,7 +996,7 @@ def test_convergence_study_options(capsys, argv, message):
 
 
 def test_convergence_study_with_stokes_but_without_openfoam(capsys, monkeypatch, tmp_path):
-    from flowlearn.data.convergence import main as convergence
+    from flowlearn.reference.convergence import main as convergence
 
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SystemExit) as stop:
@@ -1006,7 +1007,7 @@ def test_convergence_study_with_stokes_but_without_openfoam(capsys, monkeypatch,
 
 
 def test_convergence_study_of_walls_too_long_for_the_map(capsys):
-    from flowlearn.data.convergence import main as convergence
+    from flowlearn.reference.convergence import main as convergence
 
     with pytest.raises(SystemExit) as stop:
         convergence(["--as-generated", "--shape", "24", "24"])
@@ -1586,7 +1587,7 @@ def test_a_full_disk_leaves_the_previous_file_intact(tmp_path, capsys):
 
 
 def test_predictions_on_a_full_disk(tmp_path):
-    from flowlearn.data.schema import atomic_hdf5
+    from flowlearn.data.files import atomic_hdf5
     from flowlearn.errors import OutputError
 
     with _mounted(tmp_path / "full", "size=100k") as full:

@@ -16,7 +16,7 @@ import pytest
 from test_ensemble import _fields, _members
 from test_user_errors import _flowlearn, _fracture, _one_line
 
-from flowlearn.data.schema import read_fractures, write_fractures
+from flowlearn.data.files import read_fractures, write_fractures
 from flowlearn.training.predictions import write_fields
 
 

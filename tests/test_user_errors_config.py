@@ -13,7 +13,7 @@ import pytest
 from test_configs import _compose
 from test_user_errors import _fracture, _one_line, _plates, _train_checks
 
-from flowlearn.data.schema import write_fractures
+from flowlearn.data.files import write_fractures
 from flowlearn.errors import ConfigError
 from flowlearn.models import ClosedFormLaw, InclinedCubicLaw
 from flowlearn.training.config import validate_config

@@ -13,7 +13,7 @@ import torch
 from test_user_errors import _one_line, _plates, _train_checks
 
 from flowlearn import DarcyProblem, Grid, solve_pressure
-from flowlearn.data.schema import write_fractures
+from flowlearn.data.files import write_fractures
 from flowlearn.engines import cholmod_available, make_engine
 from flowlearn.errors import ConfigError, ProblemError, SolveInputError
 

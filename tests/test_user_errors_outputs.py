@@ -15,7 +15,7 @@ from test_ensemble import _fields
 from test_user_errors import _flowlearn, _fracture, _one_line, _plates
 from test_user_errors_cli import _files, _refused
 
-from flowlearn.data.schema import write_fractures
+from flowlearn.data.files import write_fractures
 from flowlearn.errors import SettingError
 from flowlearn.reporting.ensemble import combine, write_ensemble
 from flowlearn.training.predictions import read_predictions, write_fields

@@ -19,10 +19,12 @@ import pytest
 from test_user_errors import _flowlearn
 
 from flowlearn.cli import main
-from flowlearn.data import reference_error
-from flowlearn.data.refinement import MEASURED as CONVERGENCE_MEASURED
-from flowlearn.data.schema import Fracture, validate_file, write_fractures
+from flowlearn.data.files import validate_file, write_fractures
+from flowlearn.data.provenance import recorded_error
+from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError
+from flowlearn.reference import reference_error
+from flowlearn.reference.refinement import MEASURED as CONVERGENCE_MEASURED
 
 ROOT = Path(__file__).resolve().parents[1]
 VOXEL = 1e-5  # metres
@@ -243,7 +245,7 @@ def test_smooth_walls_infer_on_a_measured_error_that_is_text(tmp_path, capsys):
 def test_train_py_on_a_measured_error_that_is_text(tmp_path):
     """Row 17, in `python train.py`: a 60-line traceback. Every fracture in the training split, whose items are
     read before the trainer starts. (The dataset reads the record without the file's name, so the line names the
-    group and the entry; :func:`~flowlearn.data.schema.validate_file` names the file too.)"""
+    group and the entry; :func:`~flowlearn.data.files.validate_file` names the file too.)"""
     path = _reference_error_file(tmp_path / "data.h5")
     process = subprocess.run(
         [
@@ -267,8 +269,8 @@ def test_the_check_before_training_names_the_file(tmp_path):
     """The check a training run makes before any start-up: every fracture's record, in the schema's pass."""
     path = _reference_error_file(tmp_path / "data.h5")
     with pytest.raises(DataValidationError) as error:
-        validate_file(path, check=reference_error.recorded_error)
+        validate_file(path, check=recorded_error)
     assert str(error.value) == f"{path}: {MESSAGE_17}"
     good = tmp_path / "good.h5"
     write_fractures(good, [_gap("f0"), _gap("f1")])
-    assert validate_file(good, check=reference_error.recorded_error) == 2
+    assert validate_file(good, check=recorded_error) == 2

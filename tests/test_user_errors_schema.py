@@ -19,14 +19,8 @@ import numpy as np
 import pytest
 from test_user_errors import _flowlearn, _one_line
 
-from flowlearn.data.schema import (
-    Fracture,
-    convert,
-    read_fracture,
-    read_fractures,
-    validate_file,
-    write_fractures,
-)
+from flowlearn.data.files import convert, read_fracture, read_fractures, validate_file, write_fractures
+from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError
 
 VOXEL = 1e-5  # metres

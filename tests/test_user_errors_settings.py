@@ -13,14 +13,14 @@ from matplotlib.figure import Figure
 from test_ensemble import _fields
 from test_user_errors import _flowlearn, _fracture, _one_line
 
-from flowlearn.data import lbm
-from flowlearn.data.generate import DatasetConfig
-from flowlearn.data.lbm import LBMSettings, simulate
-from flowlearn.data.roughness import RoughnessParams, rough_fracture
-from flowlearn.data.schema import write_fractures
-from flowlearn.data.stokes import StokesSettings, check_box, check_walls
-from flowlearn.data.voxels import voxelize
+from flowlearn.data.files import write_fractures
 from flowlearn.errors import ProblemError, SettingError
+from flowlearn.fractures.roughness import RoughnessParams, rough_fracture
+from flowlearn.reference import lbm
+from flowlearn.reference.generate import DatasetConfig
+from flowlearn.reference.lbm import LBMSettings, simulate
+from flowlearn.reference.stokes import StokesSettings, check_box, check_walls
+from flowlearn.reference.voxels import voxelize
 from flowlearn.reporting.figures import plot_curves, plot_gallery, save_figures, write_png
 from flowlearn.reporting.report import report_run, report_sweep
 from flowlearn.threads import usable_cores

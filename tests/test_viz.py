@@ -27,7 +27,7 @@ from flowlearn.reporting.figures import (
     write_png,
 )
 from flowlearn.reporting.heldout import VERDICT_METRICS, HeldOut, split_metrics
-from flowlearn.reporting.runs import metric_series, read_metrics
+from flowlearn.runs import metric_series, read_metrics
 from flowlearn.training.predictions import read_predictions
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowlearn.data.wall_mesh import PATCHES, wall_corners, wall_mesh
 from flowlearn.errors import ProblemError
+from flowlearn.reference.wall_mesh import PATCHES, wall_corners, wall_mesh
 
 H, W = 6, 8
 

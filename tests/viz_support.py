@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from flowlearn import DarcyProblem, solve_pressure
-from flowlearn.data.roughness import RoughnessParams, rough_fracture
-from flowlearn.data.schema import Fracture, write_fractures
+from flowlearn.data.files import write_fractures
+from flowlearn.data.schema import Fracture
+from flowlearn.fractures.roughness import RoughnessParams, rough_fracture
 
 ROOT = Path(__file__).resolve().parents[1]
 VOXEL_SIZE = 1e-5  # metres per pixel of the test fractures

@@ -33,7 +33,7 @@ Dirichlet node) and an M-matrix, whose solution obeys the discrete maximum princ
 holds) for every tensor. The cap binds where |T_xy|·dz exceeds an axis edge's weight, |T_xy| > T_xx·dy/dx
 or > T_yy·dx/dy for a smooth field on square pixels, and next to sharp jumps of T (an edge by a contact spot):
 there the cross term is cut back and the scheme, still monotone, is no longer consistent. The projected tensor of an
-inclined gap (:mod:`flowlearn.data.inclination`) has |T_xy| ≤ min(T_xx, T_yy) for slopes up to 2 (63°), so on
+inclined gap (:mod:`flowlearn.fractures.inclination`) has |T_xy| ≤ min(T_xx, T_yy) for slopes up to 2 (63°), so on
 smooth walls the cap binds only by contacts. The ``min`` and |ρ̄| are not differentiable where two arguments tie or
 ρ̄ = 0; the gradient there is the one-sided one torch takes.
 

@@ -1,19 +1,15 @@
-"""Fracture data: the HDF5 schema, the DataModule, rough-fracture generation and the LBM reference driver.
+"""Fracture files: the HDF5 schema (read, validate, write atomically), provenance records, the models' input
+channels and the DataModule that feeds training. The DataModule is imported on first access (no Lightning to read a
+file).
 
-The LBM driver (:mod:`flowlearn.data.lbm`) needs the ``[lbm]`` extra and is imported only on use. The DataModule
-(:mod:`flowlearn.data.datamodule`) is imported on first access, so reading files does not load Lightning.
+* :mod:`~flowlearn.data.schema`: the two HDF5 layouts, a fracture and its checks; :mod:`~flowlearn.data.files`:
+  reading and writing them; :mod:`~flowlearn.data.provenance`: records read back;
+* :mod:`~flowlearn.data.inputs`: the input channels; :mod:`~flowlearn.data.copies`: a fracture held twice;
+* :mod:`~flowlearn.data.datamodule`: the DataModule, its splits and batches.
 """
 
-from flowlearn.data.schema import (
-    Fracture,
-    FractureInfo,
-    convert,
-    list_fractures,
-    read_fracture,
-    read_fractures,
-    validate_fracture,
-    write_fractures,
-)
+from flowlearn.data.files import convert, list_fractures, read_fracture, read_fractures, write_fractures
+from flowlearn.data.schema import Fracture, FractureInfo, validate_fracture
 from flowlearn.errors import DataValidationError
 
 _LAZY = {"FractureDataModule", "FractureDataset", "SameShapeBatchSampler", "split_fractures"}

@@ -5,7 +5,7 @@ map can land on both sides: the held-out figures would then score a map the mode
 ``flowlearn generate`` made with overlapping seed ranges hold such copies (a file of ``--count`` N fractures from
 ``--seed`` S holds the fractures of seeds S to S + N - 1). ``python train.py`` refuses a dataset with copies, naming
 the first; :class:`Copies` finds them in the pass that validates every fracture before a run
-(:func:`flowlearn.data.schema.validate_file`).
+(:func:`flowlearn.data.files.validate_file`).
 
 Two fractures are copies where the Darcy problem on them is the same: the same aperture map (values compared as
 float64, so a copy stored in another precision counts), the same mask and the same flow axis. Their reference

@@ -14,11 +14,11 @@ A batch is a dict:
 - ``voxel_size``: float (B,), metres per pixel, NaN where unknown;
 - ``inclination``: float (B, 3, H, W), the mid-surface's inclination tensor in the solve's tensor form
   (log I_xx, log I_yy, ρ), its slope smoothed over ``slope_smoothing`` mean apertures (see
-  :mod:`flowlearn.data.inclination`), NaN for a fracture without walls;
+  :mod:`flowlearn.fractures.inclination`), NaN for a fracture without walls;
 - ``aperture_slope``: float (B, 2, H, W), (∂Ap/∂x, ∂Ap/∂y) of the aperture map
-  (:func:`~flowlearn.data.inclination.aperture_slope`), NaN where the voxel size is unknown;
+  (:func:`~flowlearn.fractures.inclination.aperture_slope`), NaN where the voxel size is unknown;
 - ``reference_error``: float (B, 3), the reference's own error against the Stokes flow of its smooth walls as the
-  provenance records it, :data:`~flowlearn.data.reference_error.ERRORS` (:mod:`flowlearn.data.reference_error`),
+  provenance records it, :data:`~flowlearn.data.provenance.ERRORS` (:mod:`flowlearn.reference.reference_error`),
   NaN where it records none;
 - ``name``: list of B strings, ``"<file stem>/<group>"``.
 
@@ -40,10 +40,10 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
-from flowlearn.data.inclination import SMOOTHING, aperture_slope, inclination_tensor
+from flowlearn.data.files import list_fractures, missing_pressure, open_file, read_open
 from flowlearn.data.inputs import DEFAULT_INPUTS, check_input_names, input_channels
-from flowlearn.data.reference_error import recorded_error
-from flowlearn.data.schema import list_fractures, missing_pressure, open_file, read_open
+from flowlearn.data.provenance import recorded_error
+from flowlearn.fractures.inclination import SMOOTHING, aperture_slope, inclination_tensor
 from flowlearn.runtime import collection_paused
 
 # Where a library user's import reaches Lightning first (the readers of flowlearn's files never do): one full
@@ -279,7 +279,7 @@ class FractureDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes; HDF5 handles are opened inside each worker.
         inputs: names of the input channels each batch carries (see :mod:`flowlearn.data.inputs`).
         slope_smoothing: the width (full width at half maximum), in mean apertures, of the Gaussian that smooths
-            the mid-surface before its slope makes the inclination tensor (:mod:`flowlearn.data.inclination`); 0 for
+            the mid-surface before its slope makes the inclination tensor (:mod:`flowlearn.fractures.inclination`); 0 for
             none.
     """
 

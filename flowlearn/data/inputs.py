@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowlearn.data.schema import Fracture, list_fractures
+from flowlearn.data.files import list_fractures
+from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError
 
 
@@ -170,3 +171,26 @@ def input_channels(
         raise missing_walls(path, fracture.name, names, needed_by)
     active = fracture.active
     return np.concatenate([INPUTS[name].compute(fracture, active) for name in names])
+
+
+# What a law does with a fracture that lacks what it reads, for warnings that name the fracture: no walls (a law
+# that reads the inclination), or no voxel size (a law that reads the aperture slope).
+NO_WALLS = (
+    "no walls, so the mid-surface is taken as flat (cos θ = 1): the inclination tensor is the identity there"
+)
+NO_VOXEL_SIZE = "no voxel size, so the aperture slope is unknown: the wedge factor is 1 there"
+
+
+def missing_geometry(paths: Sequence[str | os.PathLike], walls: bool, slope: bool) -> dict[str, list[str]]:
+    """``"<path>: group '<name>'"`` of every fracture of ``paths`` whose inclination tensor is unknown (no walls, or
+    a 3D map; asked with ``walls``) or whose aperture slope is (no voxel size, or a 3D map; asked with ``slope``),
+    keyed by what a law assumes there (:data:`NO_WALLS`, :data:`NO_VOXEL_SIZE`); reads no arrays."""
+    asked = {NO_WALLS: walls, NO_VOXEL_SIZE: slope}
+    missing: dict[str, list[str]] = {}
+    for path in paths:
+        for info in list_fractures(path):
+            lacks = {NO_WALLS: not info.walls, NO_VOXEL_SIZE: not info.voxel_size_known}
+            for what, lacking in lacks.items():
+                if asked[what] and (lacking or len(info.shape) != 2):
+                    missing.setdefault(what, []).append(f"{os.fspath(path)}: group '{info.name}'")
+    return missing

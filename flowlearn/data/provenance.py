@@ -18,6 +18,13 @@ from flowlearn.checks import shown
 from flowlearn.data.schema import Fracture, where
 from flowlearn.errors import DataValidationError
 
+# The record of a fracture's reference error (written by :mod:`flowlearn.reference.reference_error`, ``flowlearn
+# smooth-walls``) and what it holds, in this order wherever they travel together (a dataset item, a predictions
+# group): the relative flow-rate error Q_ref/Q_smooth - 1 (signed), and the pressure's departure error (1 - R²) and
+# mean squared error against the smooth walls' (the metrics of :mod:`flowlearn.metrics`).
+RECORD = "reference_error"
+ERRORS = ("flow_rate_error", "departure_error", "pressure_mse")
+
 
 def fracture_where(fracture: Fracture, path: str | os.PathLike | None = None) -> str:
     """``"<file>: group '<name>'"``, as :func:`flowlearn.data.schema.where` names a group (the group alone without a
@@ -109,3 +116,13 @@ def provenance_number(
             f"{fracture_where(fracture, path)}: provenance {entry} is {_shown(value)}; expected a finite number"
         )
     return number
+
+
+def recorded_error(fracture: Fracture, path: str | os.PathLike | None = None) -> tuple[float, ...]:
+    """The :data:`ERRORS` of ``fracture``'s reference as its provenance records them, NaN each where none is.
+
+    Raises:
+        DataValidationError: naming ``path`` (where given), the group and the entry (``provenance
+            reference_error.departure_error``), where one is not a number or the record is no JSON object.
+    """
+    return tuple(provenance_number(fracture, f"{RECORD}.{key}", path) for key in ERRORS)

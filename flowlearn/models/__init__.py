@@ -1,4 +1,5 @@
-"""Correction models, transmissivity laws and the baselines."""
+"""Correction models, transmissivity laws and the closed-form baselines: what turns a fracture's geometry into
+the log-transmissivity the solve takes."""
 
 from flowlearn.models.baselines import BASELINES, Baseline, baseline_log_t
 from flowlearn.models.correction import CNNCorrection, PixelCorrection, UNetCorrection

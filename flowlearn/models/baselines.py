@@ -14,12 +14,12 @@ their logged metrics:
   <flowlearn.training.baselines.BaselineScores.fit_power_exponent>`);
 - ``wedge``: the LCL with the Stokes-flow correction for non-parallel walls of Nicholl et al. (1999), in the form of
   Brush & Thomson (2003), eq. (33) (see :func:`wedge_factor`), along each axis: T_xx = Ap³/12 · C(∂Ap/∂x),
-  T_yy = Ap³/12 · C(∂Ap/∂y), with the aperture map's gradient (:func:`~flowlearn.data.inclination.aperture_slope`,
+  T_yy = Ap³/12 · C(∂Ap/∂y), with the aperture map's gradient (:func:`~flowlearn.fractures.inclination.aperture_slope`,
   which says why the map's and not the walls'); it is a ratio of lengths, so the baseline is absent for fractures
   whose voxel size is unknown;
 - ``inclined``: T = Ap³/12 · I, the LCL of the gap normal to its inclined mid-surface, projected onto the map as a
   tensor (I_xx = cos⁴θ for a slope θ along the flow, cos²θ across it; after Ge 1997; see
-  :mod:`flowlearn.data.inclination`). It needs the walls and is absent for fractures without them. Its law,
+  :mod:`flowlearn.fractures.inclination`). It needs the walls and is absent for fractures without them. Its law,
   ``law=inclined``, is what the default model corrects;
 - ``mlcl``: the strongest closed form, with no fitted parameter: the inclination tensor times the wedge factor
   along each axis, T_xx = Ap³/12 · I_xx · C(∂Ap/∂x), T_yy = Ap³/12 · I_yy · C(∂Ap/∂y), T_xy = Ap³/12 · I_xy ·
@@ -116,10 +116,10 @@ def baseline_log_t(
         name: one of :data:`BASELINE_NAMES`.
         log_aperture, active: (B, *shape) float64 and bool.
         power_exponent: the fitted exponent a of ``power``.
-        inclination: (B, 3, *shape) float64, the inclination tensor of :mod:`flowlearn.data.inclination` in the
+        inclination: (B, 3, *shape) float64, the inclination tensor of :mod:`flowlearn.fractures.inclination` in the
             solve's tensor form (NaN where unknown).
         aperture_slope: (B, 2, *shape) float64, (∂Ap/∂x, ∂Ap/∂y) of
-            :func:`~flowlearn.data.inclination.aperture_slope` (NaN where unknown).
+            :func:`~flowlearn.fractures.inclination.aperture_slope` (NaN where unknown).
     """
     if name == "uniform":
         return power_law_log_t(log_aperture, active, 0.0)

@@ -11,7 +11,7 @@ Every law maps ``log_aperture`` (natural log of the aperture in metres; any fini
 the correction model's raw output ``raw``, both float64 (B, *shape), and the fractures' :class:`Geometry`: the
 ``active`` mask, bool (B, *shape); ``inclination``, the mid-surface's inclination tensor I (B, 3, *shape) float64
 in the solve's tensor form (log I_xx, log I_yy, ρ), NaN where the walls are unknown (see
-:mod:`flowlearn.data.inclination`); and ``aperture_slope``, (∂Ap/∂x, ∂Ap/∂y) (B, 2, *shape) float64, NaN where
+:mod:`flowlearn.fractures.inclination`); and ``aperture_slope``, (∂Ap/∂x, ∂Ap/∂y) (B, 2, *shape) float64, NaN where
 the voxel size is unknown; to the
 conductivity the solve takes, float64: log T (B, *shape), or the tensor form (B, 3, H, W) (log T_xx, log T_yy, ρ)
 for a law that gives a tensor (see :mod:`flowlearn.darcy.conductivity`). Values at inactive pixels are finite and
@@ -165,7 +165,7 @@ class LocalCubicLaw(PermeabilityLaw):
 
 class InclinedCubicLaw(LocalCubicLaw):
     """T = Ap³/12 · I · W with W = exp(raw) > 0 starting at 1: the local cubic law of the gap normal to its inclined
-    mid-surface, I its inclination tensor (:mod:`flowlearn.data.inclination`), corrected by W; the LCL (I the
+    mid-surface, I its inclination tensor (:mod:`flowlearn.fractures.inclination`), corrected by W; the LCL (I the
     identity) where the walls are unknown. Returns the tensor form (B, 3, H, W) for maps, and the LCL's log T for
     3D volumes, which have no mid-surface."""
 

@@ -1,6 +1,6 @@
-"""Looking at runs: run directories and their metrics, figures, the figure callback, ``flowlearn report``.
+"""Looking at runs: figures, the figure callback, the held-out verdict, ensembles and ``flowlearn report`` (run
+directories themselves are read by :mod:`flowlearn.runs`, below training, which resumes from them).
 
-* :mod:`~flowlearn.reporting.runs`: what a run or sweep directory holds, its ``metrics.csv``;
 * :mod:`~flowlearn.reporting.figures`: the maps, curves and gallery, as matplotlib figures;
 * :mod:`~flowlearn.reporting.callback`: figures drawn while training;
 * :mod:`~flowlearn.reporting.heldout`: ``flowlearn evaluate``, the held-out verdict;

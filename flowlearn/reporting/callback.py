@@ -37,7 +37,7 @@ from flowlearn.reporting.figures import (
     plot_pressure,
     save_figures,
 )
-from flowlearn.reporting.runs import read_metrics
+from flowlearn.runs import read_metrics
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import FractureFields, predict_fields
 

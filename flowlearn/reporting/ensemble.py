@@ -31,9 +31,9 @@ import numpy as np
 from scipy import stats
 
 from flowlearn.checks import check_distinct_files, check_not_input, check_setting, is_number, shown
-from flowlearn.data.schema import open_file
+from flowlearn.data.files import open_file
 from flowlearn.errors import DataValidationError, SettingError
-from flowlearn.training.metrics import STAGES
+from flowlearn.metrics import STAGES
 from flowlearn.training.predictions import (
     FractureFields,
     read_predictions,

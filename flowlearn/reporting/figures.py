@@ -32,12 +32,8 @@ from matplotlib.image import AxesImage, imsave
 from matplotlib.ticker import MaxNLocator
 
 from flowlearn.checks import check_dpi, check_setting, is_integer
-from flowlearn.data.departure import Departure
-from flowlearn.data.schema import atomic_path
-from flowlearn.models.baselines import BASELINES, COMPARED
-from flowlearn.reporting.heldout import MODEL, HeldOut
-from flowlearn.reporting.runs import metric_series
-from flowlearn.training.metrics import (
+from flowlearn.data.files import atomic_path
+from flowlearn.metrics import (
     DEPARTURE_ERR,
     FLOW_RATE_ERR,
     LOSS,
@@ -47,6 +43,10 @@ from flowlearn.training.metrics import (
     column,
     relative_error,
 )
+from flowlearn.models.baselines import BASELINES, COMPARED
+from flowlearn.reference.departure import Departure
+from flowlearn.reporting.heldout import MODEL, HeldOut
+from flowlearn.runs import metric_series
 from flowlearn.training.predictions import FractureFields
 
 # Grey for pixels that carry no flow: readable next to every colour map used here.
@@ -71,7 +71,7 @@ SHOWCASE_SPLITS = ("test", "val", "train", "predict")
 def error_map(
     predicted: np.ndarray, reference: np.ndarray, mask: np.ndarray
 ) -> tuple[np.ndarray, float, float]:
-    """The pixel-wise relative error in % (:func:`~flowlearn.training.metrics.relative_error`), NaN outside
+    """The pixel-wise relative error in % (:func:`~flowlearn.metrics.relative_error`), NaN outside
     ``mask``, with its mean and max over ``mask``.
 
     Args:
@@ -293,7 +293,7 @@ def _curve_columns() -> list[str]:
 
 
 def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
-    """Training curves from the columns of ``metrics.csv`` (see :func:`flowlearn.reporting.runs.read_metrics`).
+    """Training curves from the columns of ``metrics.csv`` (see :func:`flowlearn.runs.read_metrics`).
 
     Left: the loss of training and the MSE of validation, with the LCL's validation MSE dashed. Right: the mean
     relative pressure error (%) of each logged stage, with the LCL's dashed in the same colour. Test metrics,

@@ -1,14 +1,14 @@
 """The held-out verdict: per fracture, the model against every baseline, reduced to medians.
 
 Reads a ``predictions.h5`` (a run's own, or what ``flowlearn predict`` wrote for new fractures), takes the
-fractures of one split, computes :data:`~flowlearn.training.metrics.METRICS` per fracture for the model and each
+fractures of one split, computes :data:`~flowlearn.metrics.METRICS` per fracture for the model and each
 baseline, and reports the median over fractures, and the fractures on which the model beats the best closed form
 (per metric, the baseline of :data:`~flowlearn.models.baselines.CLOSED_FORMS` with the lowest median) and the local
 cubic law (LCL) in both the pressure's departure and the flow rate. Medians, because a few fractures must not
 decide. A fracture without a reference flow rate cannot be judged on both: it is counted apart, as "no flow rate".
 
 Where the fractures' provenance records the reference's own error against the Stokes flow of its smooth walls
-(``flowlearn smooth-walls``, :mod:`flowlearn.data.reference_error`), a reduction of a closed form's median error is
+(``flowlearn smooth-walls``, :mod:`flowlearn.reference.reference_error`), a reduction of a closed form's median error is
 called a gain only where it is larger than the reference's median error in the same metric: a smaller one could be
 the reference's grid error learned.
 
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from flowlearn.data.statistics import aperture_statistics, out_of_range
+from flowlearn.fractures.statistics import aperture_statistics, out_of_range
+from flowlearn.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE, fracture_metrics
 from flowlearn.models.baselines import BASELINE_NAMES, CLOSED_FORMS, COMPARED, best_closed_form
-from flowlearn.training.metrics import DEPARTURE_ERR, FLOW_RATE_ERR, MSE, fracture_metrics
 from flowlearn.training.predictions import FractureFields, read_predictions, training_statistics
 
 MODEL = "model"
@@ -160,7 +160,7 @@ def held_out(
 
 def outside_training(path: str | Path, fields: Sequence[FractureFields]) -> list[str]:
     """``"<path>: group '<name>': <line>"`` for each statistic of each of ``fields`` (fractures of the predictions
-    file ``path``) outside the training split's range that the file records (:func:`~flowlearn.data.statistics.
+    file ``path``) outside the training split's range that the file records (:func:`~flowlearn.fractures.statistics.
     out_of_range`); none where it records no range."""
     ranges = training_statistics(path)
     if not ranges:

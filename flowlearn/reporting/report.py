@@ -15,13 +15,14 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+import flowlearn.metrics as metrics
 from flowlearn.checks import check_dpi
-from flowlearn.data.schema import atomic_path
+from flowlearn.data.files import atomic_path
 from flowlearn.errors import DataValidationError, RunDirectoryError
 from flowlearn.models.baselines import BASELINES, COMPARED, Baseline
 from flowlearn.reporting.figures import figure_set, plot_baselines, save_figures
 from flowlearn.reporting.heldout import split_metrics, verdict_table
-from flowlearn.reporting.runs import (
+from flowlearn.runs import (
     metric_series,
     missing_outputs,
     read_metrics,
@@ -29,7 +30,6 @@ from flowlearn.reporting.runs import (
     run_config,
     sweep_runs,
 )
-from flowlearn.training import metrics
 from flowlearn.training.failures import run_error
 from flowlearn.training.predictions import read_predictions
 
@@ -70,7 +70,7 @@ def baseline_label(baseline: Baseline, power_exponent: float = math.nan) -> str:
 
 def metrics_table(final: Mapping[str, float], power_exponent: float = math.nan) -> str:
     """A markdown table of :func:`final_metrics`: per split that logged metrics, a row for the learned model, then
-    one per baseline that logged any; a column per metric of :data:`~flowlearn.training.metrics.METRICS` (– where
+    one per baseline that logged any; a column per metric of :data:`~flowlearn.metrics.METRICS` (– where
     absent) and the learned model's improvement over the LCL."""
     lines = [
         "| split | model | "

@@ -25,10 +25,10 @@ from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.data.datamodule import FractureDataset
 from flowlearn.engines import Engine
+from flowlearn.metrics import MSE, fracture_metrics
 from flowlearn.models.baselines import BASELINE_NAMES, baseline_log_t
 from flowlearn.models.laws import power_law_log_t
 from flowlearn.training.batches import FractureProblems, as_batch, heads, log_aperture, solve_fracture
-from flowlearn.training.metrics import MSE, fracture_metrics
 
 # The range searched for the ``power`` baseline's exponent a (T ∝ Ap^a; 3 is the LCL), and the search's tolerance.
 POWER_EXPONENT_BOUNDS = (0.0, 6.0)

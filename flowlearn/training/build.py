@@ -21,7 +21,7 @@ from flowlearn.data.inputs import DEFAULT_INPUTS, channel_count
 from flowlearn.errors import CheckpointError, ConfigError, RunDirectoryError
 from flowlearn.models.correction import PixelCorrection
 from flowlearn.models.laws import PermeabilityLaw
-from flowlearn.reporting.runs import CONFIG_FILE, run_config
+from flowlearn.runs import CONFIG_FILE, run_config
 from flowlearn.runtime import stop_keeping_freed_memory
 from flowlearn.training.checkpoints import read_checkpoint
 from flowlearn.training.config import model_precision

@@ -34,9 +34,9 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from flowlearn.data.schema import atomic_path
+from flowlearn.data.files import atomic_path
 from flowlearn.errors import CheckpointError, OutputError
-from flowlearn.training.metrics import STAGES
+from flowlearn.metrics import STAGES
 
 Row = dict[str, Any]  # a metrics.csv row, column -> value (strings as read back, numbers as logged)
 EPOCH_ROW = "epoch_row"

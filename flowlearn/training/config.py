@@ -32,8 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 from flowlearn.checks import check_distinct_names, is_integer, is_number
 from flowlearn.data.inputs import check_input_names
 from flowlearn.errors import ConfigError, UserErrorExit
+from flowlearn.metrics import PRESSURE_LOSSES, monitorable_columns
 from flowlearn.threads import usable_cores
-from flowlearn.training.metrics import PRESSURE_LOSSES, monitorable_columns
 
 
 def exit_with_user_error(error: BaseException) -> None:

@@ -1,7 +1,7 @@
 """Levenberg–Marquardt: damped Gauss–Newton steps on a least-squares loss, matrix-free.
 
 The training loss is a sum of squares, L(θ) = ‖r(θ)‖² with the residuals r of
-:func:`~flowlearn.training.metrics.training_residuals`. Each step solves the damped normal equations
+:func:`~flowlearn.metrics.training_residuals`. Each step solves the damped normal equations
 
     (JᵀJ + λI) δ = −Jᵀr,        J = ∂r/∂θ at the current parameters θ,
 

@@ -26,12 +26,7 @@ from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.data.datamodule import FractureDataModule
 from flowlearn.engines import Engine
 from flowlearn.errors import CheckpointError, ConfigError, DivergenceError, SolutionError, SolveInputError
-from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
-from flowlearn.models.laws import Geometry, PermeabilityLaw
-from flowlearn.training.baselines import BaselineScores
-from flowlearn.training.batches import CACHED_PIXELS, FractureProblems, log_aperture, solve_fracture
-from flowlearn.training.gauss_newton import GaussNewton, Residuals
-from flowlearn.training.metrics import (
+from flowlearn.metrics import (
     IMPROVEMENT,
     LOSS,
     METRICS,
@@ -46,6 +41,11 @@ from flowlearn.training.metrics import (
     training_loss,
     training_residuals,
 )
+from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
+from flowlearn.models.laws import Geometry, PermeabilityLaw
+from flowlearn.training.baselines import BaselineScores
+from flowlearn.training.batches import CACHED_PIXELS, FractureProblems, log_aperture, solve_fracture
+from flowlearn.training.gauss_newton import GaussNewton, Residuals
 
 # isort: off
 # After flowlearn.data.datamodule's import, which imports Lightning (and torchmetrics) with the collector paused.
@@ -87,13 +87,13 @@ class FractureFlowModule(L.LightningModule):
         cache_pixels: Pixels of the fracture problems (and so engine factors) kept between visits, in all
             (:data:`~flowlearn.training.batches.CACHED_PIXELS` by default).
         training_statistics: [min, max] of each aperture statistic over the training split
-            (:mod:`flowlearn.data.statistics`), kept in checkpoints with the correction's inputs.
-        flow_rate_weight: Weight of the flow-rate term of the loss (:func:`~flowlearn.training.metrics.training_loss`);
+            (:mod:`flowlearn.fractures.statistics`), kept in checkpoints with the correction's inputs.
+        flow_rate_weight: Weight of the flow-rate term of the loss (:func:`~flowlearn.metrics.training_loss`);
             0 trains on pressures alone.
         pressure_loss: How the loss's pressure term weighs each fracture, one of
-            :data:`~flowlearn.training.metrics.PRESSURE_LOSSES` (see :func:`~flowlearn.training.metrics.pressure_scale`).
+            :data:`~flowlearn.metrics.PRESSURE_LOSSES` (see :func:`~flowlearn.metrics.pressure_scale`).
 
-    Logged per stage: the metrics of :mod:`flowlearn.training.metrics`, for the model and for every baseline.
+    Logged per stage: the metrics of :mod:`flowlearn.metrics`, for the model and for every baseline.
     """
 
     def __init__(
@@ -246,7 +246,7 @@ class FractureFlowModule(L.LightningModule):
 
     def residuals_of(self, batch: dict, params: list[nn.Parameter]) -> Residuals:
         """The residuals r of the training loss on ``batch`` (``‖r‖²`` is the loss :meth:`_step` logs; see
-        :func:`~flowlearn.training.metrics.training_residuals`) as a function of the values of ``params``, which
+        :func:`~flowlearn.metrics.training_residuals`) as a function of the values of ``params``, which
         are this module's parameters in any order: r(values) float64 (m,), differentiable by ``torch.func``."""
         names = {id(p): name for name, p in self.named_parameters()}
         keys = [names[id(p)] for p in params]

@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from flowlearn.data.datamodule import FractureDataset, find_fractures
-from flowlearn.data.inclination import SMOOTHING, missing_geometry
-from flowlearn.data.inputs import require_inputs
-from flowlearn.data.schema import read_fracture, validate_file
-from flowlearn.data.statistics import aperture_statistics, out_of_range
+from flowlearn.data.files import read_fracture, validate_file
+from flowlearn.data.inputs import missing_geometry, require_inputs
 from flowlearn.errors import DataValidationError
+from flowlearn.fractures.inclination import SMOOTHING
+from flowlearn.fractures.statistics import aperture_statistics, out_of_range
 from flowlearn.training.build import load_run
 from flowlearn.training.predictions import write_predictions
 

@@ -17,7 +17,7 @@ pixel, NaN when the input does not say), ``power_exponent`` (the ``power`` basel
 ``flow_rate`` (the model's outlet flow rate, NaN for a law without flow-rate units), ``flow_rate_<baseline>`` and
 ``flow_rate_reference`` (NaN where the input has none); flow rates in the units of the data's ``flow_rate`` for the
 heads of the pressures; ``reference_error``, the reference's own error as the input's provenance records it
-(:data:`~flowlearn.data.reference_error.ERRORS`; absent where it records none). Flow rates are finite with the
+(:data:`~flowlearn.data.provenance.ERRORS`; absent where it records none). Flow rates are finite with the
 sign of the head drop (inlet minus outlet), or NaN. Files are written atomically; :func:`read_predictions` checks
 every group it reads against this schema, so that a reader meets only fields and attributes that it can use.
 """
@@ -36,12 +36,13 @@ import numpy as np
 import torch
 
 from flowlearn.checks import shown
-from flowlearn.data.reference_error import ERRORS
-from flowlearn.data.schema import atomic_hdf5, number_attribute, open_file, where
+from flowlearn.data.files import atomic_hdf5, open_file
+from flowlearn.data.provenance import ERRORS
+from flowlearn.data.schema import number_attribute, where
 from flowlearn.errors import DataValidationError
+from flowlearn.metrics import STAGES
 from flowlearn.models.baselines import BASELINE_NAMES, COMPARED
 from flowlearn.training.batches import as_batch
-from flowlearn.training.metrics import STAGES
 
 # Lightning's import is the writer's alone: the readers (evaluate, ensemble, report) start without it.
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ REQUIRED_ATTRIBUTES = ("split", "law", "correction_name")
 # The values of the attributes ``split`` and ``correction_name``.
 SPLITS = (*STAGES, "predict")
 CORRECTION_NAMES = ("W", "w")
-# File attribute: the training split's range of each statistic (flowlearn.data.statistics), as JSON.
+# File attribute: the training split's range of each statistic (flowlearn.fractures.statistics), as JSON.
 TRAINING_STATISTICS = "training_statistics"
 BASELINE_PREFIX = "pressure_"
 FLOW_RATE_PREFIX = "flow_rate_"
@@ -87,7 +88,7 @@ class FractureFields:
         flow_rate_interval: (low, high) of an ensemble's interval of the flow rate (:mod:`flowlearn.reporting.
             ensemble`), NaN for a single model.
         reference_error: the reference's own error against the smooth walls' Stokes flow as the input's provenance
-            records it, :data:`~flowlearn.data.reference_error.ERRORS`; NaN each where it records none.
+            records it, :data:`~flowlearn.data.provenance.ERRORS`; NaN each where it records none.
     """
 
     name: str
@@ -123,7 +124,7 @@ class FractureFields:
     @property
     def compared(self) -> np.ndarray:
         """bool mask of the pixels the metrics compare: the solved ones less the inlet and outlet columns, whose
-        heads are fixed in the fracture setup (see :mod:`flowlearn.training.metrics`)."""
+        heads are fixed in the fracture setup (see :mod:`flowlearn.metrics`)."""
         mask = self.solved.copy()
         mask[..., 0] = mask[..., -1] = False
         return mask

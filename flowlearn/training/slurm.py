@@ -36,8 +36,8 @@ from hydra.types import HydraContext, TaskFunction
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from omegaconf import DictConfig, OmegaConf
 
-from flowlearn.data.cluster import check_cluster
 from flowlearn.errors import UnavailableError, UserErrorExit
+from flowlearn.reference.cluster import check_cluster
 from flowlearn.training.failures import record_error
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class SlurmLauncher(_RecordsFailures, submitit_launcher.SlurmLauncher):
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         """Refuse, in one line and before the sweep writes anything, a machine from which no job can be submitted
-        (:func:`~flowlearn.data.cluster.check_cluster`)."""
+        (:func:`~flowlearn.reference.cluster.check_cluster`)."""
         try:
             check_cluster("hydra/launcher=slurm")
         except UnavailableError as error:

@@ -16,30 +16,24 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.errors import InstantiationException
 from hydra.utils import instantiate, to_absolute_path
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from flowlearn.data.copies import Copies
 from flowlearn.data.datamodule import FractureDataset
-from flowlearn.data.inclination import NO_VOXEL_SIZE, NO_WALLS, missing_geometry
-from flowlearn.data.inputs import require_inputs
-from flowlearn.data.reference_error import recorded_error
-from flowlearn.data.schema import Fracture, list_fractures, read_fracture, validate_file
-from flowlearn.data.statistics import aperture_statistics, statistic_ranges
-from flowlearn.errors import USER_ERRORS, ConfigError, UserErrorExit
+from flowlearn.data.files import list_fractures, read_fracture, validate_file
+from flowlearn.data.inputs import NO_VOXEL_SIZE, NO_WALLS, missing_geometry, require_inputs
+from flowlearn.data.provenance import recorded_error
+from flowlearn.data.schema import Fracture
+from flowlearn.errors import ConfigError
+from flowlearn.fractures.statistics import aperture_statistics, statistic_ranges
+from flowlearn.metrics import LOSS
 from flowlearn.models.laws import PermeabilityLaw
-from flowlearn.reporting.heldout import closing_line
 from flowlearn.training.build import build_correction, model_dtype, model_inputs
 from flowlearn.training.checkpoints import prepare_outputs
-from flowlearn.training.config import check_run_groups, exit_with_user_error, validate_config
+from flowlearn.training.config import check_run_groups, validate_config
 from flowlearn.training.console import quiet_lightning
-from flowlearn.training.failures import clear_error, record_error
-from flowlearn.training.metrics import LOSS
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import write_predictions
 
@@ -50,28 +44,6 @@ log = logging.getLogger(__name__)
 DEFAULT_FLOW_RATE_WEIGHT = 0.01
 # Fractures named in the error of a flow-rate loss asked for on data without flow rates.
 _LISTED_FRACTURES = 3
-# What a constructor raises for a config value it refuses (Lightning's own refusals included), as opposed to a bug.
-_REFUSED_ARGUMENTS = (ValueError, TypeError, ImportError, MisconfigurationException)
-
-
-def run(cfg: DictConfig) -> float | None:
-    """Hydra entry point: train into Hydra's output directory. A user error exits with one line on stderr, which
-    the run directory keeps in ``error.txt`` (:mod:`flowlearn.training.failures`): the folder Hydra made then says
-    why the run stopped."""
-    run_dir = HydraConfig.get().runtime.output_dir
-    clear_error(run_dir)  # an earlier attempt's (a requeued job, a run repeated in its folder)
-    try:
-        metrics = train(cfg, run_dir)
-    except Exception as error:
-        cause = _user_error(error)
-        if cause is None:
-            raise
-        try:
-            exit_with_user_error(cause)
-        except UserErrorExit as stop:
-            record_error(run_dir, stop.message)
-            raise
-    return metrics.get("val/mse")
 
 
 def _no_validation(cfg: DictConfig, fractures: int) -> str:
@@ -101,25 +73,9 @@ def _monitor_training_loss(callbacks: list[L.Callback], why: str) -> None:
             callback.monitor = LOSS
 
 
-def _user_error(error: BaseException | None) -> BaseException | None:
-    """The user-facing error behind ``error`` (Hydra wraps constructor failures), or None."""
-    while error is not None:
-        if isinstance(error, USER_ERRORS):
-            return error
-        if isinstance(error, OmegaConfBaseException):
-            # An override that does not resolve, e.g. seed=${nope}: the message names the key.
-            return ConfigError(" ".join(str(error).split()))
-        if isinstance(error, InstantiationException) and isinstance(error.__cause__, _REFUSED_ARGUMENTS):
-            # A library's constructor refused a value (trainer.accelerator=gpu without one, a strategy's name):
-            # its own message, after the config key Hydra names.
-            key = str(error).rpartition("full_key:")[2].strip() or "config"
-            return ConfigError(f"{key}: {error.__cause__}")
-        error = error.__cause__
-    return None
-
-
 def train(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
-    """Fit the configured model and write the run's outputs to ``run_dir``; returns the final logged metrics."""
+    """Fit the configured model and write the run's outputs to ``run_dir`` (checkpoints, metrics, figures, and
+    from the process of rank 0 ``predictions.h5``); returns the final logged metrics."""
     # Lightning stores epoch-level logged values in the default dtype; keep every metric in float64.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
@@ -220,7 +176,6 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
         write_predictions(module, datamodule.splits.items(), run_dir / "predictions.h5")
-        log.info(closing_line(run_dir / "predictions.h5", run_dir))
     return metrics
 
 

@@ -18,7 +18,7 @@ with their rms spread: on the embedded dataset the error follows neither the wal
 aperture's variance closely enough (correlation coefficients within ±0.2 over 32 fractures) for a fitted rule to
 beat the median.
 
-:func:`recorded_error` reads the record back; the held-out verdict (:mod:`flowlearn.reporting.heldout`) calls a
+:func:`flowlearn.data.provenance.recorded_error` reads the record back; the held-out verdict (:mod:`flowlearn.reporting.heldout`) calls a
 model's gain over a closed form a gain only where it is larger than this error.
 """
 
@@ -33,22 +33,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowlearn.data.provenance import fracture_where, provenance_number, provenance_record
-from flowlearn.data.schema import (
-    Fracture,
-    read_fractures,
-    write_fractures,
+from flowlearn.data.files import read_fractures, write_fractures
+
+# The record's name, its keys and its reader belong to the data (the training data reads them for every
+# fracture); computing what goes in them, here.
+from flowlearn.data.provenance import (
+    ERRORS,
+    RECORD,
+    fracture_where,
+    provenance_number,
+    provenance_record,
+    recorded_error,
 )
+from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError
 
 # The solver modules are imported where they are used: reading a record (the training data does, for every
 # fracture) must not load them.
 
-RECORD = "reference_error"
-# What the record holds, in this order wherever they travel together (a dataset item, a predictions group): the
-# relative flow-rate error Q_ref/Q_smooth - 1 (signed), and the pressure's departure error (1 - R²) and mean squared
-# error against the smooth walls' (the metrics of flowlearn.training.metrics).
-ERRORS = ("flow_rate_error", "departure_error", "pressure_mse")
 MEASURED = (
     "measured: wall-fitted Stokes solves (flowlearn stokes --mesh walls) at two resolutions, the flow rate "
     "extrapolated at second order, the pressure of the finer"
@@ -81,7 +83,7 @@ def smooth_walls(paths: Sequence[str | os.PathLike]) -> dict[str, SmoothWalls]:
         DataValidationError: naming the file and fracture: a solve not on the wall-fitted mesh, other than two
             resolutions, or a fracture solved at only one of them.
     """
-    from flowlearn.data.stokes import extrapolate
+    from flowlearn.reference.stokes import extrapolate
 
     by_resolution: dict[int, dict[str, Fracture]] = {}
     source: dict[int, str] = {}
@@ -125,9 +127,9 @@ def smooth_walls(paths: Sequence[str | os.PathLike]) -> dict[str, SmoothWalls]:
 
 
 def pressure_metrics(predicted: Fracture, truth: Fracture) -> dict[str, float]:
-    """The pressure's :data:`~flowlearn.training.metrics.METRICS` of ``predicted`` against ``truth``, over the
+    """The pressure's :data:`~flowlearn.metrics.METRICS` of ``predicted`` against ``truth``, over the
     pixels active in both, with ``truth``'s heads, by metric name (the flow-rate error NaN)."""
-    from flowlearn.training.metrics import fracture_metrics
+    from flowlearn.metrics import fracture_metrics
 
     both = predicted.active & truth.active
     one = lambda value: torch.as_tensor(value, dtype=torch.float64)[None]  # noqa: E731
@@ -144,9 +146,9 @@ def pressure_metrics(predicted: Fracture, truth: Fracture) -> dict[str, float]:
 
 
 def agreement(reference: Fracture, stokes: Fracture) -> tuple[float, float]:
-    """1 - R² and the departure error (:data:`~flowlearn.training.metrics.DEPARTURE_ERR`) of ``stokes``'s pressure
+    """1 - R² and the departure error (:data:`~flowlearn.metrics.DEPARTURE_ERR`) of ``stokes``'s pressure
     against ``reference``'s, over the pixels active in both; NaN where the reference has no pressure."""
-    from flowlearn.training.metrics import DEPARTURE_ERR
+    from flowlearn.metrics import DEPARTURE_ERR
 
     if reference.pressure is None:
         return math.nan, math.nan
@@ -159,7 +161,7 @@ def agreement(reference: Fracture, stokes: Fracture) -> tuple[float, float]:
 def measured_record(reference: Fracture, smooth: SmoothWalls) -> dict[str, Any]:
     """The provenance record of ``reference``'s error against its smooth walls: its pressure against the finer
     solve's, its flow rate against the extrapolated one."""
-    from flowlearn.training.metrics import DEPARTURE_ERR, MSE
+    from flowlearn.metrics import DEPARTURE_ERR, MSE
 
     metrics = pressure_metrics(reference, smooth.finer)
     return {
@@ -170,16 +172,6 @@ def measured_record(reference: Fracture, smooth: SmoothWalls) -> dict[str, Any]:
         "smooth_wall_flow_rate": float(smooth.flow_rate),
         "cells_per_voxel": list(smooth.cells_per_voxel),
     }
-
-
-def recorded_error(fracture: Fracture, path: str | os.PathLike | None = None) -> tuple[float, ...]:
-    """The :data:`ERRORS` of ``fracture``'s reference as its provenance records them, NaN each where none is.
-
-    Raises:
-        DataValidationError: naming ``path`` (where given), the group and the entry (``provenance
-            reference_error.departure_error``), where one is not a number or the record is no JSON object.
-    """
-    return tuple(provenance_number(fracture, f"{RECORD}.{key}", path) for key in ERRORS)
 
 
 def is_measured(fracture: Fracture) -> bool:
@@ -196,7 +188,7 @@ def record_file(path: str | os.PathLike, stokes_paths: Sequence[str | os.PathLik
         DataValidationError: a solved fracture that ``path`` lacks, that stores no reference flow rate or
             pressure, or whose map differs from the solve's (shape or voxel size).
     """
-    from flowlearn.data.refinement import flowlearn_fractures
+    from flowlearn.reference.refinement import flowlearn_fractures
 
     fractures, attrs = flowlearn_fractures(path)
     by_name = {fracture.name: fracture for fracture in fractures}
@@ -229,7 +221,7 @@ def infer_file(path: str | os.PathLike) -> tuple[dict[str, float], int]:
         DataValidationError: fewer than :data:`MIN_MEASURED` measured fractures, or a record that is no JSON object
             or a measured error that is not a number (naming file, group and entry); before anything is written.
     """
-    from flowlearn.data.refinement import flowlearn_fractures
+    from flowlearn.reference.refinement import flowlearn_fractures
 
     fractures, attrs = flowlearn_fractures(path)
     for fracture in fractures:

@@ -39,8 +39,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from flowlearn.checks import available_memory, check_cores, check_setting, is_integer, is_number
-from flowlearn.data.voxels import ReferenceFlow, active_cells, add_reservoirs, check_fluid, gap_pressure
 from flowlearn.errors import ProblemError, ReferenceConvergenceError, UnavailableError
+from flowlearn.reference.voxels import ReferenceFlow, active_cells, add_reservoirs, check_fluid, gap_pressure
 
 CS2 = 1.0 / 3.0  # squared lattice speed of sound: p = cs² ρ in lattice units
 # The largest density drop a run may be driven by. The LBM is a weakly compressible fluid, a model of Stokes flow
@@ -134,7 +134,7 @@ class LBMSettings:
 
 @dataclass(frozen=True)
 class LBMResult(ReferenceFlow):
-    """Outcome of one run: the :class:`~flowlearn.data.voxels.ReferenceFlow` fields in lattice units, and
+    """Outcome of one run: the :class:`~flowlearn.reference.voxels.ReferenceFlow` fields in lattice units, and
 
     Attributes:
         flux: Σ_z u_x over fluid voxels. For a parabolic profile this sum exceeds the integral by the midpoint-rule

@@ -8,11 +8,11 @@ stated), from ``numpy.random.default_rng([seed, i])``, and synthesises its walls
     σ/⟨b⟩ of the open gap, contact area by normal closure, mismatch length, roughness below the mean aperture, Hurst
     exponent and the smoothed slope of the mid-surface; every ``special_every`` fractures, five are cases that every
     law must get right (parallel plates, plates tilted along and across the flow, two rough gaps with a flat
-    mid-surface). Synthesis: :mod:`flowlearn.data.closure`.
+    mid-surface). Synthesis: :mod:`flowlearn.fractures.closure`.
 
 ``winding``
     Two self-affine walls of given rms height, matched above a mismatch length, with the top wall sheared along the
-    flow: steep, winding gaps with few contacts (:mod:`flowlearn.data.roughness`). The recipe of datasets made before
+    flow: steep, winding gaps with few contacts (:mod:`flowlearn.fractures.roughness`). The recipe of datasets made before
     ``published``; kept to reproduce them.
 
 Lengths are in pixels (= LBM voxels) unless a name says "ratio" (then in mean apertures).
@@ -28,8 +28,8 @@ from typing import ClassVar
 import numpy as np
 
 from flowlearn.checks import check_setting, is_integer, is_number
-from flowlearn.data.closure import ClosureParams, closed_fracture
-from flowlearn.data.roughness import RoughFracture, RoughnessParams, rough_fracture
+from flowlearn.fractures.closure import ClosureParams, closed_fracture
+from flowlearn.fractures.roughness import RoughFracture, RoughnessParams, rough_fracture
 
 Range = float | tuple[float, float]
 
@@ -95,7 +95,7 @@ class Recipe(ABC):
         return (0,)
 
     def kind(self, index: int) -> str:
-        """What fracture ``index`` is: one of :data:`flowlearn.data.closure.KINDS` (all rough, unless a recipe makes
+        """What fracture ``index`` is: one of :data:`flowlearn.fractures.closure.KINDS` (all rough, unless a recipe makes
         exact cases too)."""
         return "rough"
 

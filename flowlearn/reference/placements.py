@@ -1,7 +1,7 @@
 """What an aperture map alone cannot say: the LBM flow under each way of placing walls around it.
 
 A measured aperture map (such as the original work's fracture) carries no wall shapes, but the 3D flow depends on
-them. This study puts walls around the map by each of :data:`~flowlearn.data.roughness.WALL_PLACEMENTS`, runs the
+them. This study puts walls around the map by each of :data:`~flowlearn.fractures.roughness.WALL_PLACEMENTS`, runs the
 LBM, and compares the flux-weighted pressure with the file's reference pressure and with the local cubic law
 (LCL, a Darcy solve with T = Ap³/12 on the same voxelised map).
 
@@ -10,13 +10,11 @@ Maps are block-averaged by ``--coarsen`` first (the original fracture's 256 x 26
 blocks. Nothing is fitted: the self-affine mid-surface takes the generator's mid-range settings, fixed before
 any run (Hurst 0.7, rms 0.4 mean apertures).
 
-    python -m flowlearn.data.placements ../shared/data/example_fracture.mat --figure placements.png
+    python -m flowlearn.cli.placements ../shared/data/example_fracture.mat --figure placements.png
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from dataclasses import dataclass
 
@@ -26,10 +24,10 @@ import torch
 from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
-from flowlearn.data.lbm import LBMSettings, simulate
-from flowlearn.data.roughness import WALL_PLACEMENTS, place_walls
-from flowlearn.data.schema import read_fractures
-from flowlearn.data.voxels import voxelize
+from flowlearn.data.schema import Fracture
+from flowlearn.fractures.roughness import WALL_PLACEMENTS, place_walls
+from flowlearn.reference.lbm import LBMSettings, simulate
+from flowlearn.reference.voxels import voxelize
 
 # The self-affine mid-surface's settings: the middle of the default dataset's ranges, not fitted to any map.
 MID_SURFACE_HURST = 0.7
@@ -88,32 +86,23 @@ def run_placements(
     return runs
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m flowlearn.data.placements", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("data", help="HDF5 fracture file (either layout) with a reference pressure")
-    parser.add_argument("--fracture", help="group name (default: the first)")
-    parser.add_argument(
-        "--voxels-per-unit",
-        type=float,
-        default=256.0,
-        help="voxels per unit of the stored aperture (the original file stores apertures over a 256-voxel depth)",
-    )
-    parser.add_argument("--coarsen", type=int, default=4, help="block size of the averaging before the LBM")
-    parser.add_argument("--figure", help="PNG of the pressure departures from the straight line")
-    parser.add_argument("--threads", type=int, default=None, help="OpenMP threads")
-    args = parser.parse_args(argv)
+def placement_study(
+    fracture: Fracture, voxels_per_unit: float = 256.0, coarsen: int = 4, threads: int | None = None
+) -> tuple[dict, dict[str, np.ndarray]]:
+    """The study of the module docstring on ``fracture`` (with a reference pressure): its report (a JSON object:
+    the map, the MSE of each placement's pressure and of the LCL's against the reference, each placement's flow rate
+    over the LCL's, its LBM steps) and the pressure departures from the straight line, float64 (H, W) on the
+    coarsened map, by label (the reference, the LCL, each placement).
 
-    fractures = read_fractures(args.data)
-    fracture = (
-        next((f for f in fractures if f.name == args.fracture), fractures[0])
-        if args.fracture
-        else fractures[0]
-    )
-    aperture = block_mean(fracture.aperture * args.voxels_per_unit, args.coarsen) / args.coarsen
-    reference = block_mean(fracture.pressure, args.coarsen)
-    runs = run_placements(aperture, LBMSettings(threads=args.threads))
+    Args:
+        voxels_per_unit: voxels per unit of the stored aperture (the original file stores apertures over a
+            256-voxel depth).
+        coarsen: block size of the averaging before the LBM.
+        threads: OpenMP threads of the LBM (None: its default).
+    """
+    aperture = block_mean(fracture.aperture * voxels_per_unit, coarsen) / coarsen
+    reference = block_mean(fracture.pressure, coarsen)
+    runs = run_placements(aperture, LBMSettings(threads=threads))
     active = np.isfinite(runs[0].pressure)
     voxelised = voxelize(*place_walls(aperture, "symmetric")).sum(axis=2).astype(float)
     lcl_pressure, lcl_conductance = lcl_solution(voxelised, active)
@@ -133,18 +122,6 @@ def main(argv: list[str] | None = None) -> int:
         report["mse_to_lcl"][run.placement] = mse(run.pressure, lcl_pressure)
         report["flow_rate_over_lcl"][run.placement] = run.conductance / lcl_conductance
         report["steps"][run.placement] = run.steps
-    print(json.dumps(report, indent=2))
-    if args.figure:
-        from flowlearn.data.schema import atomic_path
-        from flowlearn.reporting.figures import plot_departure_maps, write_png
-
-        maps = {"reference (original LBM)": reference, "LCL": lcl_pressure}
-        maps.update({f"our LBM, {run.placement} walls": run.pressure for run in runs})
-        with atomic_path(args.figure) as tmp:
-            write_png(plot_departure_maps({k: v - line for k, v in maps.items()}), tmp, dpi=120)
-        print(f"wrote {args.figure}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    maps = {"reference (original LBM)": reference, "LCL": lcl_pressure}
+    maps.update({f"our LBM, {run.placement} walls": run.pressure for run in runs})
+    return report, {label: pressure - line for label, pressure in maps.items()}

@@ -1,6 +1,6 @@
 """An independent Stokes solve of a voxelised fracture with OpenFOAM, to check the LBM reference against.
 
-The finite-volume mesh is the LBM's box (:mod:`flowlearn.data.voxels`): every fluid voxel, and the open reservoirs
+The finite-volume mesh is the LBM's box (:mod:`flowlearn.reference.voxels`): every fluid voxel, and the open reservoirs
 before and after the map, split into r x r x r hexahedral cells (``cells_per_voxel``). OpenFOAM's own tools build
 it: ``blockMesh`` meshes the whole box, ``subsetMesh`` keeps the fluid cells, and the faces it exposes become the
 no-slip walls. The boundary conditions are the LBM's:
@@ -18,7 +18,7 @@ L = 100 columns (p_in / ν² = 1e-4), where they are Stokes' equations. Lengths 
 shares faces with the reservoirs is meshed (:func:`connected_fluid`). The solve is steady when the normalised
 initial residual of the pressure falls below ``tolerance``.
 
-Its result is measured as the LBM's (:func:`~flowlearn.data.voxels.gap_pressure`): the flux-weighted gap-averaged
+Its result is measured as the LBM's (:func:`~flowlearn.reference.voxels.gap_pressure`): the flux-weighted gap-averaged
 pressure of each voxel column (over the r x r x rD cells it holds), normalised to 2 at the inlet and 1 at the outlet
 column, and the conductance Q ν / (p_in - p_out) in voxels³, with Q the flow through the outlet face.
 
@@ -49,8 +49,16 @@ from scipy import ndimage
 from tqdm.auto import tqdm
 
 from flowlearn.checks import available_memory, check_setting, is_integer, is_number
-from flowlearn.data.schema import Fracture, check_writable
-from flowlearn.data.voxels import (
+from flowlearn.data.files import check_writable
+from flowlearn.data.schema import Fracture
+from flowlearn.errors import (
+    DataValidationError,
+    OutputError,
+    ProblemError,
+    ReferenceConvergenceError,
+    UnavailableError,
+)
+from flowlearn.reference.voxels import (
     GapPressure,
     ReferenceFlow,
     active_cells,
@@ -61,14 +69,7 @@ from flowlearn.data.voxels import (
     joined_to_ends,
     voxel_size_of,
 )
-from flowlearn.data.wall_mesh import WallMesh, open_columns, wall_corners, wall_mesh
-from flowlearn.errors import (
-    DataValidationError,
-    OutputError,
-    ProblemError,
-    ReferenceConvergenceError,
-    UnavailableError,
-)
+from flowlearn.reference.wall_mesh import WallMesh, open_columns, wall_corners, wall_mesh
 
 # The OpenFOAM tools the solve runs, in order.
 TOOLS = ("blockMesh", "subsetMesh", "simpleFoam")
@@ -160,7 +161,7 @@ class StokesSettings:
 
 @dataclass(frozen=True)
 class StokesResult(ReferenceFlow):
-    """Outcome of a Stokes solve: the :class:`~flowlearn.data.voxels.ReferenceFlow` fields (lengths in voxels, time
+    """Outcome of a Stokes solve: the :class:`~flowlearn.reference.voxels.ReferenceFlow` fields (lengths in voxels, time
     in seconds of the case's ν = 1 voxel²/s), and
 
     Attributes:
@@ -367,7 +368,7 @@ def solve_walls(
 ) -> StokesResult:
     """Solve steady Stokes flow between the smooth walls ``bottom`` and ``top`` (float (H, W), heights at the map's
     pixel centres in voxels; periodic Fourier walls as the generator draws them) on the wall-fitted mesh of
-    :mod:`flowlearn.data.wall_mesh`, cells of about 1/``cells_per_voxel`` voxel. The result is measured as
+    :mod:`flowlearn.reference.wall_mesh`, cells of about 1/``cells_per_voxel`` voxel. The result is measured as
     :func:`solve`'s, on the voxel columns; its ``aperture`` is the walls' separation at the pixels' centres (float64,
     voxels), not a count of voxels.
 
@@ -790,7 +791,7 @@ def stokes_fracture(
 ) -> Fracture:
     """``fracture`` with its pressure and flow rate replaced by the Stokes solve's, in the dataset's convention; the
     provenance records the solve. ``mesh``: "voxels" solves its voxels (:func:`solve` on
-    :func:`~flowlearn.data.voxels.fracture_voxels`), "walls" its smooth walls (:func:`solve_walls`; the fracture
+    :func:`~flowlearn.reference.voxels.fracture_voxels`), "walls" its smooth walls (:func:`solve_walls`; the fracture
     must store them). ``voxel_size`` overrides the fracture's own (metres per voxel)."""
     settings = settings or StokesSettings()
     size = fracture.voxel_size if voxel_size is None else voxel_size

@@ -5,7 +5,7 @@ A fracture made by ``flowlearn generate --refine-every N``, or measured later by
     "convergence": {"flow_rate_change": Q(2×)/Q(1×) - 1, "how": "measured: the LBM on the 2x grid"}
 
 where Q(2×) is the LBM's flow rate between the same walls Fourier-interpolated onto a grid twice as fine
-(:func:`~flowlearn.data.convergence.refinement_change`, about 16× the cost of the fracture). The other fractures of
+(:func:`~flowlearn.reference.convergence.refinement_change`, about 16× the cost of the fracture). The other fractures of
 a file can then carry an estimate inferred from their geometry by a stated rule (:func:`infer_rule`): a straight
 line in the rms slope of the walls (the voxel staircase steepens with it), fitted to the measured
 ones; the record names the rule, its coefficients, how many fractures it was fitted on and its rms residual.
@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from flowlearn.data.lbm import LBMSettings, pick_target
+from flowlearn.data.files import detect_layout, open_file, read_fractures, write_fractures
 from flowlearn.data.provenance import fracture_where, provenance_entry, provenance_number, provenance_record
-from flowlearn.data.roughness import geometry_stats
-from flowlearn.data.schema import Fracture, detect_layout, open_file, read_fractures, write_fractures
+from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError, SettingError
+from flowlearn.fractures.roughness import geometry_stats
+from flowlearn.reference.lbm import LBMSettings, pick_target
 
 MEASURED = "measured: the LBM on the 2x grid"
 INFERRED = "inferred: a straight line in the rms wall slope, fitted to this file's measured fractures"
@@ -71,7 +72,7 @@ def measured_change(fracture: Fracture, path: str | os.PathLike | None = None) -
 
 def wall_slope(fracture: Fracture) -> float:
     """The rms slope of the fracture's two walls (dimensionless), measured on the stored walls
-    (:func:`~flowlearn.data.roughness.geometry_stats`)."""
+    (:func:`~flowlearn.fractures.roughness.geometry_stats`)."""
     size = fracture.voxel_size
     return geometry_stats(fracture.bottom / size, fracture.top / size).wall_slope
 
@@ -204,7 +205,7 @@ def refine_file(
         DataValidationError: a fracture that cannot be refined (:func:`refinable`), checked for all before the
             first run.
     """
-    from flowlearn.data.convergence import refinement_change
+    from flowlearn.reference.convergence import refinement_change
 
     fractures, attrs = flowlearn_fractures(path)
     chosen = [fracture for fracture in fractures if fracture.name in names and not is_measured(fracture)]

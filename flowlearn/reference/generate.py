@@ -33,9 +33,14 @@ from flowlearn.checks import (
     is_integer,
     is_number,
 )
-from flowlearn.data.convergence import refinement_change
-from flowlearn.data.departure import lcl_flow_rate
-from flowlearn.data.lbm import (
+from flowlearn.data.files import atomic_path, read_fracture, write_fractures
+from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture
+from flowlearn.errors import ProblemError, ReferenceConvergenceError, SettingError
+from flowlearn.fractures.recipes import Published, Recipe
+from flowlearn.fractures.roughness import RoughFracture, geometry_stats
+from flowlearn.reference.convergence import refinement_change
+from flowlearn.reference.departure import lcl_flow_rate
+from flowlearn.reference.lbm import (
     DEPTH_QUANTUM,
     LBMSettings,
     largest_reservoir,
@@ -44,12 +49,8 @@ from flowlearn.data.lbm import (
     pick_target,
     simulate,
 )
-from flowlearn.data.recipes import Published, Recipe
-from flowlearn.data.refinement import measured_convergence
-from flowlearn.data.roughness import RoughFracture, geometry_stats
-from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture, atomic_path, read_fracture, write_fractures
-from flowlearn.data.voxels import voxelize
-from flowlearn.errors import ProblemError, ReferenceConvergenceError, SettingError
+from flowlearn.reference.refinement import measured_convergence
+from flowlearn.reference.voxels import voxelize
 
 # The most fractures one dataset may hold. A generation lists the indices still to make and keeps one part file per
 # fracture until all are done; a count of 10^12 filled the memory with that list before anything was printed. At the
@@ -59,7 +60,7 @@ MAX_COUNT = 1_000_000
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    """A dataset of rough fractures: how many, on what grid, from which :mod:`recipe <flowlearn.data.recipes>`.
+    """A dataset of rough fractures: how many, on what grid, from which :mod:`recipe <flowlearn.fractures.recipes>`.
 
     Lengths in voxels (= pixels of the map) unless noted. Fracture i draws its roughness from the recipe's ranges
     with ``numpy.random.default_rng([seed, i])`` and synthesises its walls with seed ``seed + i``.
@@ -68,7 +69,7 @@ class DatasetConfig:
         count: number of fractures, in [1, :data:`MAX_COUNT`].
         shape: (H, W) of each aperture map.
         mean_aperture: the fractures' mean aperture (voxels): the LBM's resolution across the gap.
-        recipe: what the fractures draw (:data:`~flowlearn.data.recipes.RECIPES`).
+        recipe: what the fractures draw (:data:`~flowlearn.fractures.recipes.RECIPES`).
         seed: seed of the first fracture.
         voxel_size: metres per voxel, used to store apertures, walls and flow rates in metres; in
             :data:`~flowlearn.checks.VOXEL_SIZE` (a nanometre to a metre).
@@ -190,7 +191,7 @@ def generate_fracture(
     )
     q_lcl = lcl_flow_rate(fracture)
     provenance = {
-        "generator": "flowlearn.data.generate",
+        "generator": "flowlearn.reference.generate",
         "roughness": walls.params.to_dict(),
         "geometry": geometry_stats(walls.bottom, walls.top).to_dict(),
         "voxel_box": list(fluid.shape),

@@ -3,7 +3,7 @@
 Real joints are two rough walls that match at long wavelengths and are independent at short ones (the mismatch
 model of Brown 1995), pressed together until they touch on part of their area (Pyrak-Nolte et al. 1987; Hakami
 1995). This module builds such a pair so that the quantities that shape the flow are set directly, each drawn
-in its published range by :mod:`flowlearn.data.recipes`:
+in its published range by :mod:`flowlearn.fractures.recipes`:
 
 * the aperture's spread σ/⟨b⟩ of the open gap (before closure),
 * the contact area, by the closure that brings the walls together,
@@ -50,8 +50,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from flowlearn.checks import check_map_shape, check_setting, is_integer, is_number
-from flowlearn.data.inclination import FWHM_PER_SIGMA
-from flowlearn.data.roughness import RoughFracture, self_affine_amplitude, wavenumbers
+from flowlearn.fractures.inclination import FWHM_PER_SIGMA
+from flowlearn.fractures.roughness import RoughFracture, self_affine_amplitude, wavenumbers
 
 # The shapes a fracture of this module takes: rough walls in contact, or one of the cases every law must get right.
 KINDS = ("rough", "parallel", "tilted_along", "tilted_across", "flat_mid_surface")
@@ -87,7 +87,7 @@ class ClosureParams:
     seed: int
     kind: str = "rough"
 
-    # Fields that are lengths: scaled with the grid by :func:`flowlearn.data.roughness.refine`.
+    # Fields that are lengths: scaled with the grid by :func:`flowlearn.fractures.roughness.refine`.
     LENGTHS = ("mean_aperture", "mismatch_length", "min_wavelength")
 
     def __post_init__(self) -> None:

@@ -1,6 +1,6 @@
 """Grid convergence of the LBM reference: one fracture at 1x, 2x, 3x ... the resolution, compared.
 
-The walls are refined exactly (:func:`~flowlearn.data.roughness.refine`), so only the LBM's resolution changes.
+The walls are refined exactly (:func:`~flowlearn.fractures.roughness.refine`), so only the LBM's resolution changes.
 Compared per factor r, against the finest run:
 
 * the flow rate, as the conductance Q mu / (p_in - p_out) in units of the coarse voxel (voxels³ / r³), over the
@@ -9,13 +9,13 @@ Compared per factor r, against the finest run:
   first and last columns sit at slightly different places), averaged over each r x r block of fine cells (those
   with flow) back onto the coarse grid.
 
-With ``stokes`` settings, each factor also runs the independent Stokes solve (:mod:`flowlearn.data.stokes`), either
+With ``stokes`` settings, each factor also runs the independent Stokes solve (:mod:`flowlearn.reference.stokes`), either
 on the same voxels or on a mesh fitted to the smooth walls with as many cells per voxel as the factor
 (``stokes_mesh``), and the finest of those, extrapolated (:func:`smooth_wall_estimate`), estimate the flow rate of the
 smooth walls, which the LBM at each resolution is compared with: the voxel solves at the order the three finest show,
 the wall-fitted ones at their second order.
 
-Run ``python -m flowlearn.data.convergence --help`` for the study of a dataset's fracture.
+Run ``python -m flowlearn.reference.convergence --help`` for the study of a dataset's fracture.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from flowlearn.data.lbm import LBMSettings, simulate
-from flowlearn.data.roughness import RoughFracture, refine, refine_wall
-from flowlearn.data.stokes import WALL_MESH_ORDER, StokesSettings, extrapolate, solve_walls
-from flowlearn.data.stokes import solve as solve_stokes
-from flowlearn.data.voxels import ReferenceFlow, voxelize
+from flowlearn.fractures.roughness import RoughFracture, refine, refine_wall
+from flowlearn.reference.lbm import LBMSettings, simulate
+from flowlearn.reference.stokes import WALL_MESH_ORDER, StokesSettings, extrapolate, solve_walls
+from flowlearn.reference.stokes import solve as solve_stokes
+from flowlearn.reference.voxels import ReferenceFlow, voxelize
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def refinement_change(
 ) -> float:
     """The relative change of the flow rate when the LBM that gave ``conductance`` (voxels³) between the walls
     ``bottom`` and ``top`` (float (H, W), heights in voxels) runs on a grid 2× finer, the walls Fourier-interpolated
-    (:func:`~flowlearn.data.roughness.refine_wall`): Q(2×)/Q(1×) - 1 (:func:`coarse_conductance`), the fracture's
+    (:func:`~flowlearn.fractures.roughness.refine_wall`): Q(2×)/Q(1×) - 1 (:func:`coarse_conductance`), the fracture's
     convergence estimate. Costs about 16× the 1× run (8× the cells, 2× the steps)."""
     fine = voxelize(refine_wall(bottom, 2), refine_wall(top, 2))
     result = simulate(fine, settings, progress=False)
@@ -221,7 +221,7 @@ def study_walls(
     Raises:
         SettingError: the recipe's wavelengths do not fit maps of ``shape``.
     """
-    from flowlearn.data.recipes import Published, Winding
+    from flowlearn.fractures.recipes import Published, Winding
 
     if recipe == "published":
         chosen = Published()
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     from flowlearn.errors import SettingError
 
     parser = argparse.ArgumentParser(
-        prog="python -m flowlearn.data.convergence",
+        prog="python -m flowlearn.reference.convergence",
         description="Grid convergence of the LBM on fracture INDEX of a recipe (by default the winding recipe of the "
         "example dataset, on a smaller map); with --stokes, against the independent Stokes solve (of the same voxels, "
         "or of the smooth walls) extrapolated to smooth walls. Prints JSON.",
@@ -280,8 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     stokes = None
     if args.stokes:
-        from flowlearn.data.stokes import StokesSettings, check_openfoam
         from flowlearn.errors import UnavailableError
+        from flowlearn.reference.stokes import StokesSettings, check_openfoam
 
         try:
             check_openfoam()

@@ -61,7 +61,7 @@ def _run_file(output: Path, run_dir: str | None) -> str | None:
     run's predictions.h5 or in a run's checkpoints folder; None elsewhere. ``run_dir``, the command's own run, is
     "the run's own" (and a run even where it lacks its folders). Its folder is resolved (``run/./x``, a link to a
     folder), not its name: a link named ``output`` is replaced, not the file it points to."""
-    from flowlearn.reporting.runs import looks_like_run
+    from flowlearn.runs import looks_like_run
 
     folder = output.absolute().parent.resolve()
     own = Path(run_dir).resolve() if run_dir is not None else None
@@ -87,13 +87,13 @@ def _file_kind(path: Path) -> tuple[str | None, str]:
     """(kind, what) of the existing, readable file ``path``: its key of :data:`OUTPUT_KINDS` (None for a file of
     none of them) and what it is, as an error message says it ("a torch checkpoint"), by its contents: the file
     signatures of PNG and HDF5, then the flowlearn or original layout of a fracture file
-    (:func:`~flowlearn.data.schema.detect_layout`) or the groups of a predictions file
+    (:func:`~flowlearn.data.files.detect_layout`) or the groups of a predictions file
     (:func:`~flowlearn.training.predictions.holds_predictions`)."""
     import zipfile
 
     import h5py
 
-    from flowlearn.data.schema import detect_layout, open_file
+    from flowlearn.data.files import detect_layout, open_file
 
     with open(path, "rb") as fh:
         head = fh.read(512)

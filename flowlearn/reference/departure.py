@@ -23,11 +23,12 @@ import torch
 from flowlearn.darcy.flux import outlet_flow_rate
 from flowlearn.darcy.problem import DarcyProblem
 from flowlearn.darcy.solve import solve_pressure
-from flowlearn.data.inclination import mid_surface_slope
+from flowlearn.data.files import read_fractures
 from flowlearn.data.provenance import fracture_where, provenance_number, provenance_record
-from flowlearn.data.refinement import INFERRED
-from flowlearn.data.schema import Fracture, read_fractures
+from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError
+from flowlearn.fractures.inclination import mid_surface_slope
+from flowlearn.reference.refinement import INFERRED
 
 
 def lcl_flow_rate(fracture: Fracture) -> float:
@@ -93,11 +94,11 @@ class Departure:
         hydraulic_ratio: b_h/⟨b⟩, the hydraulic aperture of the reference flow rate (:func:`hydraulic_aperture`)
             over the mean aperture.
         mid_slope: rms slope of the mid-surface smoothed over the mean aperture
-            (:func:`~flowlearn.data.inclination.mid_surface_slope`); NaN without walls.
+            (:func:`~flowlearn.fractures.inclination.mid_surface_slope`); NaN without walls.
         wall_slope: rms slope of the walls from the fracture's provenance ("geometry"), NaN if absent.
         convergence: relative change of the reference flow rate under 2× grid refinement, from the provenance
             ("convergence": measured, or inferred from the geometry); NaN where it records none.
-        convergence_inferred: whether ``convergence`` was inferred (:mod:`flowlearn.data.refinement`), not measured.
+        convergence_inferred: whether ``convergence`` was inferred (:mod:`flowlearn.reference.refinement`), not measured.
     """
 
     name: str

@@ -32,19 +32,33 @@ Reference:
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 from scipy import ndimage
-
-from flowlearn.data.schema import Fracture, list_fractures
 
 # The default smoothing of the mid-surface before its slope is taken: the Gaussian's full width at half maximum,
 # in mean apertures.
 SMOOTHING = 1.0
 # A Gaussian's full width at half maximum over its standard deviation.
 FWHM_PER_SIGMA = 2.0 * math.sqrt(2.0 * math.log(2.0))
+
+
+class Walls(Protocol):
+    """What the geometry here reads of a fracture (:class:`flowlearn.data.schema.Fracture` is one): its aperture
+    map, float (H, W) metres; its walls ``bottom`` and ``top``, float (H, W) metres or None where unknown; the voxel
+    size in metres (NaN where unknown); and ``active``, bool (H, W), the cells that carry flow."""
+
+    aperture: np.ndarray
+    bottom: np.ndarray | None
+    top: np.ndarray | None
+    voxel_size: float
+
+    @property
+    def active(self) -> np.ndarray: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
 
 
 def smoothed_gradient(surface: np.ndarray, voxel_size: float, width: float) -> tuple[np.ndarray, np.ndarray]:
@@ -76,13 +90,13 @@ def smoothed_gradient(surface: np.ndarray, voxel_size: float, width: float) -> t
     return filtered(derivative, smooth), filtered(smooth, derivative)
 
 
-def mean_aperture(fracture: Fracture) -> float:
+def mean_aperture(fracture: Walls) -> float:
     """The fracture's mean aperture over its active pixels, metres (0 where none is active)."""
     active = fracture.active
     return float(np.asarray(fracture.aperture, np.float64)[active].mean()) if active.any() else 0.0
 
 
-def inclination_tensor(fracture: Fracture, smoothing: float = SMOOTHING) -> np.ndarray:
+def inclination_tensor(fracture: Walls, smoothing: float = SMOOTHING) -> np.ndarray:
     """The inclination tensor I of the module docstring in the solve's form (log I_xx, log I_yy, ρ), float64
     (3, H, W), on the map's axes (x the columns); all NaN where it cannot be computed: a fracture without walls,
     with an unknown voxel size (the slope is a ratio of lengths), or a 3D volume.
@@ -101,7 +115,7 @@ def inclination_tensor(fracture: Fracture, smoothing: float = SMOOTHING) -> np.n
     return np.stack([np.log1p(m_y**2) - log_norm, np.log1p(m_x**2) - log_norm, rho])
 
 
-def mid_surface_slope(fracture: Fracture, smoothing: float = SMOOTHING) -> float:
+def mid_surface_slope(fracture: Walls, smoothing: float = SMOOTHING) -> float:
     """rms slope |∇m| of the fracture's mid-surface m = (bottom + top)/2, smoothed over ``smoothing`` mean apertures
     as :func:`inclination_tensor` smooths it, over the active pixels (dimensionless); NaN where the tensor cannot be
     computed (no walls, unknown voxel size, 3D)."""
@@ -113,7 +127,7 @@ def mid_surface_slope(fracture: Fracture, smoothing: float = SMOOTHING) -> float
     return float(np.sqrt(np.mean((m_x**2 + m_y**2)[active]))) if active.any() else math.nan
 
 
-def aperture_slope(fracture: Fracture) -> np.ndarray:
+def aperture_slope(fracture: Walls) -> np.ndarray:
     """(∂Ap/∂x, ∂Ap/∂y) of the aperture map, dimensionless, float64 (2, H, W): central differences (one-sided at
     the edges), zero aperture at inactive pixels. The map, not the smooth walls: it is the gap the reference
     simulation ran on, voxel steps included, and on the embedded dataset's validation split ``mlcl`` (the
@@ -124,26 +138,3 @@ def aperture_slope(fracture: Fracture) -> np.ndarray:
         return np.full((2, *fracture.shape), np.nan)
     gap = np.where(fracture.active, np.asarray(fracture.aperture, np.float64), 0.0)
     return np.stack(smoothed_gradient(gap, fracture.voxel_size, 0.0))
-
-
-# What a law does with a fracture that lacks what it reads, for warnings that name the fracture: no walls (a law
-# that reads the inclination), or no voxel size (a law that reads the aperture slope).
-NO_WALLS = (
-    "no walls, so the mid-surface is taken as flat (cos θ = 1): the inclination tensor is the identity there"
-)
-NO_VOXEL_SIZE = "no voxel size, so the aperture slope is unknown: the wedge factor is 1 there"
-
-
-def missing_geometry(paths: Sequence[str | os.PathLike], walls: bool, slope: bool) -> dict[str, list[str]]:
-    """``"<path>: group '<name>'"`` of every fracture of ``paths`` whose inclination tensor is unknown (no walls, or
-    a 3D map; asked with ``walls``) or whose aperture slope is (no voxel size, or a 3D map; asked with ``slope``),
-    keyed by what a law assumes there (:data:`NO_WALLS`, :data:`NO_VOXEL_SIZE`); reads no arrays."""
-    asked = {NO_WALLS: walls, NO_VOXEL_SIZE: slope}
-    missing: dict[str, list[str]] = {}
-    for path in paths:
-        for info in list_fractures(path):
-            lacks = {NO_WALLS: not info.walls, NO_VOXEL_SIZE: not info.voxel_size_known}
-            for what, lacking in lacks.items():
-                if asked[what] and (lacking or len(info.shape) != 2):
-                    missing.setdefault(what, []).append(f"{os.fspath(path)}: group '{info.name}'")
-    return missing

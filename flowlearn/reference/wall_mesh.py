@@ -1,4 +1,4 @@
-"""A finite-volume mesh that follows a fracture's smooth walls, for the Stokes solve of :mod:`flowlearn.data.stokes`.
+"""A finite-volume mesh that follows a fracture's smooth walls, for the Stokes solve of :mod:`flowlearn.reference.stokes`.
 
 The voxel mesh puts the walls on a staircase, whose Stokes flow converges erratically as the voxels shrink. This one
 is structured and wall-fitted: the map's columns (r x r per voxel, ``cells_per_voxel``) keep vertical sides, and
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from flowlearn.data.roughness import refine_wall
-from flowlearn.data.voxels import joined_to_ends
 from flowlearn.errors import ProblemError
+from flowlearn.fractures.roughness import refine_wall
+from flowlearn.reference.voxels import joined_to_ends
 
 # A map column's corners must be open by more than this fraction of the mean aperture for the column to be meshed:
 # it keeps cells from collapsing to zero height at a contact's rim.
@@ -95,9 +95,9 @@ def wall_corners(wall: np.ndarray, factor: int) -> np.ndarray:
     """A wall (float (H, W), heights at the pixels' centres, in pixels) at the corners of the pixels of a grid
     ``factor`` times finer: float64 (factor H + 1, factor W + 1), heights in the finer pixels.
 
-    The walls are periodic Fourier series (:func:`~flowlearn.data.roughness.refine_wall`): evaluated on the grid
+    The walls are periodic Fourier series (:func:`~flowlearn.fractures.roughness.refine_wall`): evaluated on the grid
     2 ``factor`` times finer, whose samples alternate between the fine pixels' centres and their corners. Fine pixel
-    c of :func:`~flowlearn.data.roughness.refine` sits at c / factor coarse pixels; its corners at (c -+ 1/2) / factor.
+    c of :func:`~flowlearn.fractures.roughness.refine` sits at c / factor coarse pixels; its corners at (c -+ 1/2) / factor.
     """
     doubled = refine_wall(wall, 2 * factor) / 2
     rows = (2 * np.arange(factor * wall.shape[0] + 1) - 1) % doubled.shape[0]

@@ -1,10 +1,10 @@
 """A generation's fractures as one SLURM job array: ``flowlearn generate OUT.h5 --slurm``.
 
-The steps are those of a local generation (:mod:`flowlearn.data.generate`): :func:`~flowlearn.data.generate.prepare_parts`
-finds the fractures still to make, each array task makes its share with :func:`~flowlearn.data.generate.make_parts`
+The steps are those of a local generation (:mod:`flowlearn.reference.generate`): :func:`~flowlearn.reference.generate.prepare_parts`
+finds the fractures still to make, each array task makes its share with :func:`~flowlearn.reference.generate.make_parts`
 (so each finished fracture is its own part file in ``OUT.h5.parts/``, written atomically), and the submitting command
 waits for the array, with a progress bar counting finished parts, then writes OUT.h5 with
-:func:`~flowlearn.data.generate.merge_parts`.
+:func:`~flowlearn.reference.generate.merge_parts`.
 
 A task that is killed, preempted or runs out of time loses at most the fracture it was making:
 
@@ -41,7 +41,9 @@ from submitit.core.utils import JobPaths, pickle_load
 from tqdm.auto import tqdm
 
 from flowlearn.checks import check_setting, is_integer, is_number
-from flowlearn.data.generate import (
+from flowlearn.data.files import atomic_path
+from flowlearn.errors import UnavailableError
+from flowlearn.reference.generate import (
     DatasetConfig,
     fracture_name,
     make_parts,
@@ -51,8 +53,6 @@ from flowlearn.data.generate import (
     prepare_parts,
     summarize_generation,
 )
-from flowlearn.data.schema import atomic_path
-from flowlearn.errors import UnavailableError
 
 # What submitting, watching and cancelling an array takes.
 CLIENTS = ("sbatch", "srun", "squeue", "scontrol")
@@ -157,7 +157,7 @@ class SlurmSettings:
 
 class GenerationTask(submitit.helpers.Checkpointable):
     """One array task: makes the fractures ``indices`` of ``config`` that have no part yet, each written as its part
-    as soon as it is done (:func:`~flowlearn.data.generate.make_parts`), with ``threads`` OpenMP threads.
+    as soon as it is done (:func:`~flowlearn.reference.generate.make_parts`), with ``threads`` OpenMP threads.
 
     Checkpointable: warned of its time limit or preempted, it requeues itself as it is, and the requeued task skips
     the parts written meanwhile. Returns the indices it made in its last run.
@@ -287,7 +287,7 @@ def generate_on_slurm(
 ) -> dict:
     """Generate ``config`` into ``path`` as a SLURM job array (see the module's description).
 
-    Returns :func:`~flowlearn.data.generate.summarize_generation`'s summary (``computed_now``: the fractures missing
+    Returns :func:`~flowlearn.reference.generate.summarize_generation`'s summary (``computed_now``: the fractures missing
     when this call started); with ``wait=False``, once the array is submitted (or found running), what it makes:
     ``{"path", "array", "tasks", "fractures_to_make", "logs"}``.
 

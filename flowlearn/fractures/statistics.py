@@ -5,7 +5,7 @@ range of each statistic over the training split (:func:`statistic_ranges`), and 
 ``flowlearn evaluate`` name every statistic of a fracture that lies outside it, and by how much
 (:func:`out_of_range`). The statistics are pure numbers, as the model's inputs are: a fracture whose apertures,
 walls and voxel size are all scaled alike has the same statistics, and the same correction. Per fracture, over all
-its cells (contact spots count as aperture 0, as in :class:`flowlearn.data.roughness.GeometryStats`):
+its cells (contact spots count as aperture 0, as in :class:`flowlearn.fractures.roughness.GeometryStats`):
 
 - ``relative_std``: σ(Ap)/⟨Ap⟩;
 - ``contact_fraction``: the fraction of cells with Ap = 0;

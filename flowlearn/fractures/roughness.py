@@ -100,7 +100,7 @@ class RoughFracture:
 
     ``bottom`` and ``top`` are wall heights with the fracture's mid-plane at 0; ``aperture`` is
     ``max(top - bottom, 0)``, so contact spots are exactly 0. ``params`` made them: a :class:`RoughnessParams` or
-    a :class:`~flowlearn.data.closure.ClosureParams` (a frozen dataclass with ``shape``, ``LENGTHS`` and
+    a :class:`~flowlearn.fractures.closure.ClosureParams` (a frozen dataclass with ``shape``, ``LENGTHS`` and
     ``to_dict()``).
     """
 

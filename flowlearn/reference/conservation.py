@@ -30,7 +30,8 @@ from scipy.optimize import minimize_scalar
 
 from flowlearn.darcy.flux import column_flow_rates
 from flowlearn.darcy.problem import DarcyProblem
-from flowlearn.data.schema import Fracture, read_fractures
+from flowlearn.data.files import read_fractures
+from flowlearn.data.schema import Fracture
 from flowlearn.errors import SettingError
 
 MARGIN = 2  # columns left out at each end

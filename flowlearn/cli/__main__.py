@@ -1,0 +1,5 @@
+"""``python -m flowlearn.cli``: the ``flowlearn`` command."""
+
+from flowlearn.cli import console
+
+console()
