@@ -15,7 +15,8 @@ the fractures of a split. The rows:
 - ``mlcl`` (the baseline): the full tensor times the wedge factor of the aperture map's slope; and, for the record,
   the same with the slope of the smooth walls' separation instead (what :func:`aperture_slope` chose against).
 
-The inclination's mid-surface is smoothed over ``--smoothing`` mean apertures (default 1, the runs' default).
+The inclination's mid-surface is smoothed over ``--smoothing`` mean apertures (default 0: pixel by pixel, the runs'
+default).
 """
 
 from __future__ import annotations
@@ -130,7 +131,10 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="the split's seed (the runs' seed; default 0)")
     parser.add_argument(
-        "--smoothing", type=float, default=1.0, help="the inclination slope's, in mean apertures"
+        "--smoothing",
+        type=float,
+        default=0.0,
+        help="the inclination slope's, in mean apertures (0: pixel by pixel)",
     )
     args = parser.parse_args()
     fractions = tuple(OmegaConf.load(ROOT / "configs" / "data" / "embedded.yaml").fractions)

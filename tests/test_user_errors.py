@@ -16,6 +16,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -58,6 +59,12 @@ def files(tmp_path_factory) -> dict[str, Path]:
     made["good_copy"] = shutil.copy(good, base / "good_copy.h5")
     made["folder"].mkdir()
     made["cases"] = base / "cases"
+    # The same plates with their walls (flat, the aperture apart), which the inclination tensor reads.
+    made["plates_walls"] = base / "plates_walls.h5"
+    write_fractures(
+        made["plates_walls"],
+        [replace(f, bottom=np.zeros(f.shape), top=f.aperture.copy()) for f in _plates(4)],
+    )
     (made["cases"] / "f0").mkdir(parents=True)  # a case folder left by an earlier `flowlearn stokes`
     made["empty"].write_bytes(b"")
     made["text"].write_text("aperture,pressure\n1,2\n")
@@ -265,6 +272,7 @@ CONFIG_ROWS = [
     ("data.slope_smoothing=-1", "data.slope_smoothing must be a number in [0, 100), got -1"),
     ("data.slope_smoothing=1000", "data.slope_smoothing must be a number in [0, 100), got 1000"),
     ("data.slope_smoothing=abc", "data.slope_smoothing must be a number in [0, 100), got 'abc'"),
+    ("data.slope_smoothing=nan", "data.slope_smoothing must be a number in [0, 100), got nan"),
     ("data.fractions=[0.5,0.5]", "data.fractions must be three non-negative numbers"),
     ("data.fractions=[0.5,0.3,0.3]", "data.fractions must sum to 1"),
     ("data.fractions=[0,0.5,0.5]", "with train > 0"),
@@ -561,6 +569,12 @@ FILE_ROWS = [
     (
         "data.path={good} model=unet model.inputs=[walls]",
         "{good}: group 'f0': model.inputs asks for ['walls'], which need the walls",
+    ),
+    # 2 mean apertures of 8 voxels on 6x8 maps: a Gaussian 16 pixels wide, wider than the map.
+    (
+        "data.path={plates_walls} data.slope_smoothing=2",
+        "data.slope_smoothing: 2 mean apertures is a Gaussian 16 pixels wide on {plates_walls}: group 'f0' (a 6x8 map): "
+        "wider than the map; give at most 0.75 there, or 0",
     ),
 ]
 

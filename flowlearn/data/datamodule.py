@@ -43,7 +43,9 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, Sequent
 from flowlearn.data.files import list_fractures, missing_pressure, open_file, read_open
 from flowlearn.data.inputs import DEFAULT_INPUTS, check_input_names, input_channels
 from flowlearn.data.provenance import recorded_error
-from flowlearn.fractures.inclination import SMOOTHING, aperture_slope, inclination_tensor
+from flowlearn.data.schema import Fracture, where
+from flowlearn.errors import ConfigError
+from flowlearn.fractures.inclination import SMOOTHING, aperture_slope, inclination_tensor, mean_aperture
 from flowlearn.runtime import collection_paused
 
 # Where a library user's import reaches Lightning first (the readers of flowlearn's files never do): one full
@@ -206,11 +208,31 @@ class FractureDataset(Dataset):
             "outlet_pressure": torch.tensor(outlet, dtype=self.dtype),
             "flow_rate": torch.tensor(flow_rate, dtype=self.dtype),
             "voxel_size": torch.tensor(fr.voxel_size, dtype=self.dtype),
-            "inclination": torch.as_tensor(inclination_tensor(fr, self.slope_smoothing), dtype=self.dtype),
+            "inclination": torch.as_tensor(self._inclination(fr, ref.path), dtype=self.dtype),
             "aperture_slope": torch.as_tensor(aperture_slope(fr), dtype=self.dtype),
             "reference_error": torch.tensor(recorded_error(fr, ref.path), dtype=self.dtype),
             "name": ref.key,
         }
+
+    def _inclination(self, fracture: Fracture, path: str) -> np.ndarray:
+        """The fracture's inclination tensor, float64 (3, H, W), its slope smoothed as ``slope_smoothing`` asks.
+
+        Raises:
+            ConfigError: naming ``data.slope_smoothing``, where its Gaussian is wider than the fracture's map (the
+                slope of a map smoothed beyond its own size says nothing of its walls).
+        """
+        if self.slope_smoothing > 0 and fracture.bottom is not None and math.isfinite(fracture.voxel_size):
+            pixels = self.slope_smoothing * mean_aperture(fracture) / fracture.voxel_size
+            side = min(fracture.shape)
+            if pixels > side:
+                widest = self.slope_smoothing * side / pixels
+                raise ConfigError(
+                    f"data.slope_smoothing: {self.slope_smoothing:g} mean apertures is a Gaussian {pixels:.3g} "
+                    f"pixels wide on {where(path, fracture.name)} (a {'x'.join(map(str, fracture.shape))} map): "
+                    f"wider than the map; give at most {widest:.3g} there, or 0 (pixel by pixel, for walls "
+                    "resolved on the grid)"
+                )
+        return inclination_tensor(fracture, self.slope_smoothing)
 
 
 class SameShapeBatchSampler(BatchSampler):

@@ -30,6 +30,10 @@ from flowlearn.errors import DataValidationError
 from flowlearn.fractures.inclination import mid_surface_slope
 from flowlearn.reference.refinement import INFERRED
 
+# The mid-surface slope as a statistic of the geometry is smoothed over one mean aperture: the scale at which the gap
+# sees its walls, as joint roughness is compared at the gap's scale (the laws take it pixel by pixel).
+MID_SLOPE_SMOOTHING = 1.0
+
 
 def lcl_flow_rate(fracture: Fracture) -> float:
     """Q_LCL: the outlet flow rate of the Darcy solve with T = Ap³/12 on ``fracture`` (2D, flow along x).
@@ -163,7 +167,7 @@ def _departure(fracture: Fracture, recorded: _Recorded) -> Departure:
         relative_std=float(aperture.std() / mean) if mean > 0 else math.nan,
         contact_fraction=float((aperture == 0).mean()),
         hydraulic_ratio=hydraulic_aperture(fracture) / mean if mean > 0 else math.nan,
-        mid_slope=mid_surface_slope(fracture),
+        mid_slope=mid_surface_slope(fracture, smoothing=MID_SLOPE_SMOOTHING),
         wall_slope=recorded.wall_slope,
         convergence=recorded.convergence,
         convergence_inferred=recorded.convergence_inferred,
