@@ -11,11 +11,13 @@ refine``) are judged three times, with each flow-rate error taken against:
 - ``2x``: Q(1×)(1 + c), the LBM on the grid twice as fine;
 - ``extrapolated``: Q(1×)(1 + 2c), where a first-order error (h¹) would put the converged value.
 
-With ``--smooth-walls``, the files that ``flowlearn stokes DATA --mesh walls --cells-per-voxel R -o FILE`` wrote at
-two R (several files per R where the fractures were split between runs), a fourth:
+and a fourth, where the smooth walls' flow is known:
 
-- ``smooth walls``: their flow rates extrapolated at the wall-fitted mesh's second order, the flow that every
-  solver converges to as its grid is refined (docs/data.md, "Checking the reference").
+- ``smooth walls``: the wall-fitted Stokes flow rates extrapolated at the mesh's second order, the flow that every
+  solver converges to as its grid is refined (docs/data.md, "Checking the reference"): from the files that
+  ``flowlearn stokes DATA --mesh walls --cells-per-voxel R -o FILE`` wrote at two R with ``--smooth-walls`` (several
+  files per R where the fractures were split between runs), or else from the reference errors DATA's provenance
+  records as measured (``flowlearn smooth-walls``), Q_smooth = Q_ref / (1 + flow_rate_error).
 
 A gain over a closed form that holds against all of them is clear of the reference's grid error; one that shrinks
 from 1x to 2x was partly learned from the coarse grid's bias. Prints a markdown table of medians over fractures
@@ -32,8 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from flowlearn.data.files import read_fractures
+from flowlearn.data.provenance import RECORD
 from flowlearn.metrics import FLOW_RATE_ERR
 from flowlearn.models.baselines import COMPARED
+from flowlearn.reference.reference_error import is_measured as is_smooth_wall_measured
 from flowlearn.reference.reference_error import smooth_walls
 from flowlearn.reference.refinement import is_measured
 from flowlearn.reporting.heldout import MODEL, split_metrics
@@ -59,11 +63,11 @@ def main() -> None:
     args = parser.parse_args()
 
     # By the name a run's predictions give each fracture.
+    stem = Path(args.data).stem
+    data = read_fractures(args.data)
     changes = {
-        group_name(f"{Path(args.data).stem}/{fracture.name}"): fracture.provenance["convergence"][
-            "flow_rate_change"
-        ]
-        for fracture in read_fractures(args.data)
+        group_name(f"{stem}/{fracture.name}"): fracture.provenance["convergence"]["flow_rate_change"]
+        for fracture in data
         if is_measured(fracture)
     }
     fields = [f for f in read_predictions(args.predictions) if f.split == args.split]
@@ -75,7 +79,6 @@ def main() -> None:
     # Each judged reference over Q(1x), per fracture.
     factors = {label: 1 + k * c for label, k in REFERENCES.items()}
     if args.smooth_walls:
-        stem = Path(args.data).stem
         smooth = {
             group_name(f"{stem}/{name}"): walls.flow_rate
             for name, walls in smooth_walls(args.smooth_walls).items()
@@ -84,6 +87,15 @@ def main() -> None:
         if missing:
             raise SystemExit(f"{args.smooth_walls[0]}: no Stokes solve of {', '.join(missing)}")
         factors["smooth walls"] = np.array([smooth[f.name] / f.flow_rate_reference for f in measured])
+    else:
+        # Q_smooth / Q_ref from the measured records: the ratio, free of the units the solves counted in.
+        recorded = {
+            group_name(f"{stem}/{fracture.name}"): 1 / (1 + fracture.provenance[RECORD]["flow_rate_error"])
+            for fracture in data
+            if is_smooth_wall_measured(fracture)
+        }
+        if all(f.name in recorded for f in measured):
+            factors["smooth walls"] = np.array([recorded[f.name] for f in measured])
     held = {
         label: split_metrics(
             [replace(f, flow_rate_reference=f.flow_rate_reference * k) for f, k in zip(measured, factor)],

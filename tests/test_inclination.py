@@ -175,7 +175,9 @@ def _band_limited_plates(seed: int, shortest: int = 16) -> list[Fracture]:
         n = coarsest * factor
         wall = signal.resample(signal.resample(middle, n, axis=0), n, axis=1)
         fractures.append(
-            Fracture("winding", np.full((n, n), gap), None, voxel_size=VOXEL / factor, bottom=wall, top=wall + gap)
+            Fracture(
+                "winding", np.full((n, n), gap), None, voxel_size=VOXEL / factor, bottom=wall, top=wall + gap
+            )
         )
     return fractures
 
