@@ -32,11 +32,15 @@ import torch
 STAGES = ("train", "val", "test")
 LOSS = "train/loss"
 IMPROVEMENT = "improvement"
+# What the departure and flow-rate errors are, in words for reports.
+ERRORS_NOTE = (
+    "the departure error is 1 − R² of p − p_linear about zero (1: the straight line); the flow-rate error is "
+    "|Q̂ − Q|/Q"
+)
 IMPROVEMENT_NOTE = (
     "Errors are |p̂ − p|/p over the solved pixels of each fracture (less the inlet and outlet columns), averaged "
-    "over fractures; the departure error is 1 − R² of p − p_linear about zero (1: the straight line); the flow-rate "
-    "error is |Q̂ − Q|/Q; improvement = 100·(1 − mean error / LCL mean error), the LCL being the local cubic law "
-    "T = Ap³/12."
+    f"over fractures; {ERRORS_NOTE}; improvement = 100·(1 − mean error / LCL mean error), the LCL being the local "
+    "cubic law T = Ap³/12."
 )
 
 

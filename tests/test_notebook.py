@@ -9,9 +9,7 @@ import pytest
 from nbclient import NotebookClient
 from viz_support import ROOT, tiny_run
 
-from flowlearn.reporting.report import final_metrics
-from flowlearn.runs import read_metrics
-from flowlearn.training.predictions import read_predictions
+from flowlearn.reporting.heldout import held_out, verdict_sentence
 
 NOTEBOOK = ROOT / "notebooks" / "visualize.ipynb"
 
@@ -68,13 +66,11 @@ def test_notebook_opens_the_newest_finished_run(executed):
         for output in cell.outputs
         if "text/markdown" in output.get("data", {})
     ]
-    improvement = final_metrics(read_metrics(newest))["test/improvement"]
-    table, verdict = tables
-    assert next(line for line in table.splitlines() if line.startswith("| test | learned |")).endswith(
-        f" | {improvement:.4g} |"
-    )
-    tests = sum(f.split == "test" for f in read_predictions(newest / "predictions.h5"))
-    assert verdict.startswith(f"{tests} fractures; medians over fractures")
+    # One table, the report's: the medians of the held-out splits, then each one's verdict.
+    (verdict,) = tables
+    assert verdict.startswith("| split |  | MSE |")
+    result = held_out(newest / "predictions.h5", "test")
+    assert f"- test, {len(result.names)} fractures: the model {verdict_sentence(result)}" in verdict
 
 
 def test_notebook_shows_every_figure(executed):

@@ -13,8 +13,17 @@ from cli_support import run_counting_lightning
 from viz_support import tiny_run, train
 
 from flowlearn.cli import main
-from flowlearn.reporting.heldout import HeldOut, held_out, verdict_table
-from flowlearn.reporting.report import final_metrics
+from flowlearn.reporting.heldout import (
+    DONE_WIDTH,
+    HeldOut,
+    closing_line,
+    held_out,
+    summary,
+    verdict,
+    verdict_sentence,
+    verdict_table,
+)
+from flowlearn.reporting.report import final_metrics, verdict_section
 from flowlearn.runs import read_metrics
 from flowlearn.training.predictions import read_predictions
 
@@ -63,17 +72,17 @@ def table_rows(report: str) -> dict[str, list[str]]:
     return rows
 
 
-def metric_rows(report: str) -> dict[tuple[str, str], list[str]]:
-    """Rows of a run report's metrics table keyed by (split, model)."""
+def verdict_rows(report: str) -> dict[tuple[str, str], list[str]]:
+    """Rows of a run report's table of medians keyed by (split, row label)."""
     rows = {}
     for line in report.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if line.startswith("| ") and cells[0] in ("train", "val", "test"):
+        if line.startswith("| ") and cells[0] in ("train (not held out)", "val", "test"):
             rows[(cells[0], cells[1])] = cells[2:]
     return rows
 
 
-def test_run_report_has_figures_metrics_and_config(flowlearn, run, tmp_path):
+def test_run_report_has_figures_one_table_of_medians_and_config(flowlearn, run, tmp_path):
     status, out, err = flowlearn("report", str(run), "--output", str(tmp_path), "--dpi", "50")
     assert status == 0, err
     assert out.strip() == f"wrote {tmp_path / 'report.md'}"
@@ -81,28 +90,33 @@ def test_run_report_has_figures_metrics_and_config(flowlearn, run, tmp_path):
     for name in ("aperture", "correction", "pressure", "error", "curves", "gallery", "baselines"):
         assert f"![{name}](figures/{name}.png)" in report
         assert (tmp_path / "figures" / f"{name}.png").stat().st_size > 5000
-    final = final_metrics(read_metrics(run))
-    rows = metric_rows(report)
-    assert {split for split, _ in rows} == {"train", "val", "test"}
-    power = read_predictions(run / "predictions.h5")[0].power_exponent
-    models = ["learned", "uniform T", "T ∝ Ap²", "LCL", f"T ∝ Ap^a (a = {power:.3g})", "wedge-corrected LCL"]
-    for stage in ("train", "val", "test"):
-        assert [model for split, model in rows if split == stage] == models
-        mse, mean, _, departure, flow, gain = rows[(stage, "learned")]
-        assert float(mse) == float(f"{final[f'{stage}/mse']:.4g}")
-        assert float(mean) == float(f"{final[f'{stage}/rel_err_mean']:.4g}")
-        assert float(departure) == float(f"{final[f'{stage}/departure_err']:.4g}")
-        lcl_mean = float(rows[(stage, "LCL")][1])
-        assert lcl_mean == float(f"{final[f'{stage}/lcl_rel_err_mean']:.4g}")
-        # The improvement is over the LCL and follows from the two mean errors; only the model has one.
-        assert float(gain) == pytest.approx(100 * (1 - float(mean) / lcl_mean), abs=0.05)
-        assert rows[(stage, "LCL")][-1] == "–"
-        # The test fractures carry no flow rate: the column is empty, and the report says why.
-        assert flow == "–" and all(cells[4] == "–" for (split, _), cells in rows.items() if split == stage)
+    # One table: the medians over fractures. The means of metrics.csv and the improvement over the LCL are gone.
+    assert sum(line.startswith("|---") for line in report.splitlines()) == 1
+    assert "| split |  | MSE | departure error (1 − R²) | flow-rate error (%) |" in report
+    assert "improvement" not in report and "| learned |" not in report
+    rows = verdict_rows(report)
+    # The held-out splits are judged; the training split, which the model fitted, is not.
+    assert {split for split, _ in rows} == {"val", "test"}
+    fields = read_predictions(run / "predictions.h5")
+    for split in ("val", "test"):
+        result = held_out(run / "predictions.h5", split, fields)
+        labels = [label for s, label in rows if s == split]
+        best = result.best("departure_err")
+        # The model first, then the best closed form (named so), the other baselines, the LCL last where it is
+        # not the best; the cells are the medians flowlearn evaluate prints.
+        assert labels[0] == "model" and labels[1].startswith(f"{best} (best closed form")
+        assert sorted(label.split(" (")[0] for label in labels[1:]) == sorted(set(result.metrics) - {"model"})
+        for label in labels:
+            row = label.split(" (")[0]
+            expected = [f"{result.median(row, m):.3g}" for m in ("mse", "departure_err")]
+            assert rows[(split, label)] == [*expected, "n/a"], (split, label)
+        # The verdict's own line, as the run's closing line and flowlearn evaluate word it.
+        assert f"- {split}, {len(result.names)} fractures: the model {verdict_sentence(result)}" in report
+    # The test fractures carry no flow rate and no record of the reference's error: the report says so.
     assert "no flow-rate errors: the run's fractures carry no reference flow rate" in report
-    tests = sum(f.split == "test" for f in read_predictions(run / "predictions.h5"))
-    assert "## Held-out verdict (test split, medians over fractures)" in report
+    assert "the reference's own error (vs its smooth walls)" not in report
     # Without reference flow rates no fracture can be judged on both: they are counted apart, not as wins.
+    tests = sum(f.split == "test" for f in fields)
     assert re.search(
         rf"beats the LCL \(departure and flow rate\) on 0 of 0 fractures; {tests} with no flow rate are not "
         r"counted \(its departure error lower on \d+ of them\)",
@@ -289,3 +303,136 @@ def test_a_run_whose_metrics_hold_no_curve_is_reported_without_curves(flowlearn,
     assert status == 0, err
     figures = {path.stem for path in (tmp_path / "out" / "figures").iterdir()}
     assert "curves" not in figures and {"aperture", "correction", "pressure"} <= figures
+
+
+def hand_built(
+    model: tuple[float, float], reference_error: tuple[float, float] | None = None, fractures: int = 3
+) -> HeldOut:
+    """Fractures on which every row has the same (departure error, flow-rate error in %) on each, so its medians
+    are those numbers: the model's ``model``; mlcl (0.01, 6 %) the best closed form in both, before inclined
+    (0.012, 8 %; the best in MSE) and the LCL (0.07, 44 %); power, lower than all but fitted to the data, no closed
+    form. The reference's own error, where given, is ``reference_error`` on every fracture."""
+    rows = {
+        "model": (1e-5, *model),
+        "lcl": (4e-4, 0.07, 44.0),
+        "inclined": (1.5e-5, 0.012, 8.0),
+        "mlcl": (2e-5, 0.01, 6.0),
+        "power": (1e-6, 1e-4, 0.1),
+    }
+
+    def row(mse: float, departure: float, flow: float) -> dict[str, np.ndarray]:
+        values = {"mse": mse, "departure_err": departure, "flow_rate_err": flow}
+        return {metric: np.full(fractures, value) for metric, value in values.items()}
+
+    errors = {}
+    if reference_error is not None:
+        departure, flow = reference_error
+        errors = {"departure_err": np.full(fractures, departure), "flow_rate_err": np.full(fractures, flow)}
+    return HeldOut([f"f{i}" for i in range(fractures)], {r: row(*v) for r, v in rows.items()}, 3.1, errors)
+
+
+@pytest.mark.parametrize(
+    ("model", "reference_error", "answer"),
+    [
+        # Gains over mlcl: departure √0.01 − √0.0016 = 0.06 against √0.0004 = 0.02; flow rate 6 − 2 = 4 points
+        # against 3: both larger than the reference's error.
+        ((0.0016, 2.0), (0.0004, 3.0), "yes"),
+        # Lower in both, but the flow-rate gain (4 points) is within an error of 5 %.
+        ((0.0016, 2.0), (0.0004, 5.0), "within the error"),
+        # The departure gain 0.1 − 0.09 = 0.01 (√0.0081 = 0.09) is within √0.0004 = 0.02; the flow rate's is not.
+        ((0.0081, 2.0), (0.0004, 3.0), "within the error"),
+        # Not lower in departure (0.02 against mlcl's 0.01), however much lower in flow rate: no.
+        ((0.02, 0.5), (0.0004, 3.0), "no"),
+        # Not lower in flow rate: no, whatever the error.
+        ((0.0016, 7.0), None, "no"),
+        # Lower in both, with no record of the reference's error to measure the gains by.
+        ((0.0016, 2.0), None, "lower, no error recorded"),
+    ],
+)
+def test_the_verdict_is_yes_within_the_error_or_no_by_the_medians_and_the_references_error(
+    model, reference_error, answer
+):
+    result = hand_built(model, reference_error)
+    assert verdict(result) == answer
+    departure, flow = model
+    sentence = (
+        f"beats mlcl beyond the reference's error? {answer} (departure {departure:.2g} vs 0.01, flow rate "
+        f"{flow:.2g} % vs 6 %)"
+    )
+    assert summary(result, "test") == f"done: test, 3 fractures: {sentence}"
+    # flowlearn evaluate and report.md say the same, in the same words.
+    assert f"the model {sentence}" in verdict_table(result).splitlines()
+    assert f"- val, 3 fractures: the model {sentence}" in verdict_section({"val": result}).splitlines()
+
+
+def test_the_verdict_names_each_metrics_best_closed_form_and_judges_without_flow_rates_on_the_departure():
+    result = hand_built((0.0016, 2.0), (0.0004, 3.0))
+    # Now the best in flow rate, mlcl still in departure; the gain over it, 3.5 points, is larger than 3 %.
+    result.metrics["inclined"]["flow_rate_err"][:] = 5.5
+    assert summary(result, "test") == (
+        "done: test, 3 fractures: beats mlcl/inclined beyond the reference's error? yes (departure 0.0016 vs 0.01, "
+        "flow rate 2 % vs 5.5 %)"
+    )
+    # Fractures without a reference flow rate are judged on the departure alone, and the line shows only it.
+    for row in result.metrics.values():
+        row["flow_rate_err"][:] = math.nan
+    assert summary(result, "val") == (
+        "done: val, 3 fractures: beats mlcl beyond the reference's error? yes (departure 0.0016 vs 0.01)"
+    )
+    # The fit to the training fractures is no held-out verdict: the line says so.
+    assert summary(result, "train").startswith("done: train (not held out), 3 fractures: beats mlcl")
+
+
+def test_the_closing_line_is_at_most_160_characters_whatever_the_run():
+    # The longest line there can be: the training split, millions of fractures, two closed forms named, medians
+    # in e-notation, and the longest answer. It keeps the verdict and leaves the medians to flowlearn evaluate.
+    result = hand_built((1.5e-07, 2.0), None, fractures=123_456)
+    result.metrics["inclined"]["flow_rate_err"][:] = 5.5e-3
+    result.metrics["model"]["flow_rate_err"][:] = 1.25e-3
+    result.metrics["mlcl"]["departure_err"][:] = 1.5e-06
+    line = summary(result, "train")
+    assert line == (
+        "done: train (not held out), 123456 fractures: beats mlcl/inclined beyond the reference's error? lower, "
+        "no error recorded"
+    )
+    assert len(line) <= DONE_WIDTH == 160
+
+
+def test_the_closing_line_names_no_path_however_long_the_run_directory(run, tmp_path):
+    deep = tmp_path.joinpath(*["a-run-directory-with-a-long-name-" + "x" * 60] * 3)
+    deep.mkdir(parents=True)
+    shutil.copy(run / "predictions.h5", deep / "predictions.h5")
+    line = closing_line(deep / "predictions.h5")
+    result = held_out(run / "predictions.h5", "test")
+    assert line == f"done: test, {len(result.names)} fractures: {verdict_sentence(result)}"
+    assert len(line) <= 160 and "a-run-directory" not in line
+
+
+def test_the_reports_table_holds_the_best_closed_form_and_the_references_error_per_split():
+    section = verdict_section(
+        {"test": hand_built((0.0016, 2.0), (0.0004, 3.0)), "val": hand_built((0.02, 7.0))}
+    )
+    lines = section.splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    assert table[:2] == [
+        "| split |  | MSE | departure error (1 − R²) | flow-rate error (%) |",
+        "|---|---|---|---|---|",
+    ]
+    rows = verdict_rows(section)
+    assert list(rows) == [
+        ("test", "model"),
+        ("test", "mlcl (best closed form in departure, flow rate)"),
+        ("test", "inclined (best closed form in MSE)"),
+        ("test", "power (a = 3.10)"),
+        ("test", "lcl"),
+        ("test", "the reference's own error (vs its smooth walls)"),
+        ("val", "model"),
+        ("val", "mlcl (best closed form in departure, flow rate)"),
+        ("val", "inclined (best closed form in MSE)"),
+        ("val", "power (a = 3.10)"),
+        ("val", "lcl"),
+    ]
+    assert rows[("test", "mlcl (best closed form in departure, flow rate)")] == ["2e-05", "0.01", "6"]
+    assert rows[("test", "the reference's own error (vs its smooth walls)")] == ["n/a", "0.0004", "3"]
+    assert "- test, 3 fractures: the model beats mlcl beyond the reference's error? yes" in section
+    assert "- val, 3 fractures: the model beats mlcl beyond the reference's error? no" in section

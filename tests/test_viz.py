@@ -105,14 +105,23 @@ def test_written_figures_match_savefig_tight_in_one_render(fields, run, tmp_path
         assert (ring == 1.0).all(), name  # white, opaque
 
 
+def distinct_best(fields, split: str) -> bool:
+    """Whether the maps of ``split`` draw a best closed form of their own: one that is not the LCL."""
+    return split_metrics(fields, split).best("departure_err") not in (None, "lcl")
+
+
 def test_panels_colourbars_and_units(fields):
     figures = figure_set(fields)
+    # A panel more for the best closed form where it is not the LCL (in the gallery, per row of its split).
+    extra = int(distinct_best(fields, "test"))
+    rows = [f for f in fields if f.split in ("val", "test")]
+    gallery = 4 * len(rows) + sum(distinct_best(fields, f.split) for f in rows)
     expected = {  # figure: (map panels, colourbar labels, each with its unit)
         "aperture": (1, ["aperture Ap (µm)"]),
         "correction": (1, ["log₁₀ W (0: W = 1)"]),
-        "pressure": (3, ["pressure (inlet 2, outlet 1)"]),
-        "error": (2, ["relative error |p̂ − p|/p (%)"]),
-        "gallery": (4 * 4, ["aperture Ap (µm)", "log₁₀ W (0: W = 1)", "relative error |p̂ − p|/p (%)"]),
+        "pressure": (3 + extra, ["pressure (inlet 2, outlet 1)"]),
+        "error": (2 + extra, ["relative error |p̂ − p|/p (%)"]),
+        "gallery": (gallery, ["aperture Ap (µm)", "log₁₀ W (0: W = 1)", "relative error |p̂ − p|/p (%)"]),
     }
     assert "curves" not in figures  # no metrics given
     for name, (panels, labels) in expected.items():
@@ -277,9 +286,11 @@ def test_curves_plot_the_logged_metrics(run):
     (lcl_epoch,), (lcl,) = metric_series(columns, "val/lcl_rel_err_mean")
     val_epochs, _ = metric_series(columns, "val/rel_err_mean")
     assert len(val_epochs) > 1 and lcl_epoch == val_epochs[0]
-    assert lines["val, LCL"].get_linestyle() == "--"
-    np.testing.assert_array_equal(lines["val, LCL"].get_xdata(), [lcl_epoch, val_epochs[-1]])
-    np.testing.assert_array_equal(lines["val, LCL"].get_ydata(), [lcl, lcl])
+    # (Labelled "val, LCL (best closed form)" where no other closed form does better.)
+    (lcl_line,) = [line for label, line in lines.items() if label.startswith("val, LCL")]
+    assert lcl_line.get_linestyle() == "--"
+    np.testing.assert_array_equal(lcl_line.get_xdata(), [lcl_epoch, val_epochs[-1]])
+    np.testing.assert_array_equal(lcl_line.get_ydata(), [lcl, lcl])
     assert loss_ax.get_yscale() == "log"
     assert error_ax.get_ylabel() == "|p̂ − p|/p (%)"
 
@@ -344,9 +355,93 @@ def test_volumes_show_their_middle_slice_and_whole_volume_errors(fields):
         for image in images(figures[name]):
             assert image.get_array().shape == SHAPE
     assert "(slice 1 of 3)" in figures["pressure"].get_suptitle()
-    _, learned = (image.axes for image in images(figures["error"]))
+    learned = images(figures["error"])[-1].axes
     expected = independent_errors(volume.pressure, volume.pressure_reference, volume.compared)
     assert title_numbers(learned.get_title()) == tuple(float(f"{v:.3g}") for v in expected)
-    # The learned-pressure panel is the middle slice itself.
-    drawn = images(figures["pressure"])[2].get_array().filled(np.nan)
+    # The learned-pressure panel, the last, is the middle slice itself.
+    drawn = images(figures["pressure"])[-1].get_array().filled(np.nan)
     np.testing.assert_array_equal(drawn, np.where(flat.solved, flat.pressure, np.nan))
+
+
+def first_lines(fig) -> list[str]:
+    """The first line of the title of each map panel."""
+    return [image.axes.get_title().split("\n")[0] for image in images(fig)]
+
+
+def test_the_maps_draw_the_best_closed_form_beside_the_lcl_and_the_model(fields):
+    shown = showcase(fields)
+    mask = shown.active & ~np.isnan(shown.pressure)
+    mask[:, [0, -1]] = False
+    figure = plot_error(shown, "wedge")
+    assert first_lines(figure) == ["LCL (T = Ap³/12)", "wedge, best closed form", "learned W"]
+    _, wedge, _ = (image.axes for image in images(figure))
+    expected = independent_errors(shown.baseline_pressures["wedge"], shown.pressure_reference, mask)
+    assert title_numbers(wedge.get_title()) == tuple(float(f"{v:.3g}") for v in expected)
+    figure = plot_pressure(shown, "wedge")
+    assert first_lines(figure) == [
+        "pressure: reference (LBM)",
+        "pressure: LCL (T = Ap³/12)",
+        "pressure: wedge, best closed form",
+        "pressure: learned W",
+    ]
+    drawn = images(figure)[2].get_array().filled(np.nan)
+    np.testing.assert_array_equal(drawn, np.where(shown.solved, shown.baseline_pressures["wedge"], np.nan))
+    # Where the LCL is the best closed form, its own panel says so and no other is drawn.
+    assert first_lines(plot_error(shown, "lcl")) == ["LCL (T = Ap³/12), best closed form", "learned W"]
+    # A run's figures draw the closed form of lowest median departure error over the split's fractures, computed
+    # here from the arrays alone (the fractures have no walls: the LCL and the wedge-corrected LCL apply).
+    test = [f for f in fields if f.split == "test"]
+    medians = {
+        name: np.median([independent_departure_error(f, f.baseline_pressures[name]) for f in test])
+        for name in ("lcl", "wedge")
+    }
+    best = min(medians, key=medians.get)
+    titles = first_lines(figure_set(fields)["error"])
+    assert titles == (
+        ["LCL (T = Ap³/12), best closed form", "learned W"]
+        if best == "lcl"
+        else ["LCL (T = Ap³/12)", f"{best}, best closed form", "learned W"]
+    )
+
+
+def test_the_gallery_has_a_column_of_each_rows_best_closed_form(fields):
+    held_out = [f for f in fields if f.split in ("val", "test")]
+    gallery = plot_gallery(held_out, best={"test": "wedge", "val": "lcl"})
+    axes = np.array(gallery.axes[: 5 * len(held_out)]).reshape(len(held_out), 5)
+    for f, row in zip(held_out, axes):
+        titles = [ax.get_title().split("\n")[0] for ax in row]
+        if f.split == "test":
+            assert titles[2:] == ["LCL", "wedge, best closed form", "learned W"], f.name
+        else:
+            # The LCL is the best closed form of the validation fractures: its panel says so, the next is empty.
+            assert titles[2] == "LCL, best closed form" and not row[3].axison and titles[4] == "learned W"
+    # Without a best closed form of their own, the rows have the four columns they always had.
+    assert len(images(plot_gallery(held_out, best={"test": "lcl", "val": None}))) == 4 * len(held_out)
+
+
+def test_the_curves_draw_the_best_closed_form_dotted_beside_the_lcl():
+    nan = math.nan
+    columns = {
+        "epoch": np.array([0.0, 1.0, 2.0]),
+        "train/loss": np.array([1e-3, 5e-4, 2e-4]),
+        "val/mse": np.array([3e-4, 2e-4, 1e-4]),
+        # The closed forms do not learn: logged once, held to the last epoch. power is lower, but fitted.
+        "val/lcl_mse": np.array([4e-4, nan, nan]),
+        "val/wedge_mse": np.array([2.5e-4, nan, nan]),
+        "val/mlcl_mse": np.array([1.5e-4, nan, nan]),
+        "val/power_mse": np.array([1e-6, nan, nan]),
+        # Test metrics, logged once after training: points.
+        "test/mse": np.array([nan, nan, 1e-4]),
+        "test/lcl_mse": np.array([nan, nan, 2e-4]),
+        "test/wedge_mse": np.array([nan, nan, 1.8e-4]),
+    }
+    fig = plot_curves(columns)
+    lines = {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
+    best = lines["val MSE, mlcl (best closed form)"]
+    assert best.get_linestyle() == ":" and lines["val MSE, LCL"].get_linestyle() == "--"
+    np.testing.assert_array_equal(best.get_xdata(), [0, 2])
+    np.testing.assert_array_equal(best.get_ydata(), [1.5e-4, 1.5e-4])
+    assert not any("power" in label for label in lines)
+    point = lines["test MSE, wedge (best closed form)"]
+    assert point.get_marker() == "s" and point.get_markerfacecolor() == "none"
+    np.testing.assert_array_equal(point.get_ydata(), [1.8e-4])

@@ -1,6 +1,7 @@
 """``python train.py``: the Hydra entry point. It trains into Hydra's output directory
 (:func:`flowlearn.training.train.train`), then ends with the held-out verdict in one line
-(:func:`flowlearn.reporting.heldout.closing_line`); a user's mistake ends it with one line instead."""
+(:func:`flowlearn.reporting.heldout.closing_line`) and the run directory on the next; a user's mistake ends it with
+one line instead."""
 
 from __future__ import annotations
 
@@ -44,8 +45,19 @@ def run(cfg: DictConfig) -> float | None:
             record_error(run_dir, stop.message)
             raise
     if rank_zero_only.rank == 0:  # the process that wrote predictions.h5
-        log.info(closing_line(Path(run_dir) / "predictions.h5", Path(run_dir)))
+        log.info(closing_line(Path(run_dir) / "predictions.h5"))
+        # A line of its own: a path of any length leaves the verdict's line as short as it is.
+        log.info(f"outputs in {_shown(Path(run_dir))}")
     return metrics.get("val/mse")
+
+
+def _shown(run_dir: Path) -> Path:
+    """``run_dir`` relative to the working directory where it lies under it (Hydra's outputs/<date>/<time>), else
+    as it is."""
+    try:
+        return run_dir.absolute().relative_to(Path.cwd())
+    except ValueError:
+        return run_dir
 
 
 def _user_error(error: BaseException | None) -> BaseException | None:

@@ -9,6 +9,12 @@ Files go to ``<run dir>/figures/``:
 - at the end of fitting, the full set (:func:`flowlearn.reporting.figures.figure_set`) in ``figures/`` itself: aperture,
   correction, pressure, error, the curves of ``metrics.csv`` (CSV logger) and the held-out gallery.
 
+The maps draw the model beside the LCL and the best closed form of the fracture's split
+(:func:`flowlearn.reporting.figures.map_closed_forms`), chosen as the verdict chooses it, over every fracture of
+the split: each fracture is predicted once for it, one at a time, the first time a map of the split is drawn (the
+closed forms do not learn, so the choice holds for the whole run; their solutions stay cached for the test and
+``predictions.h5`` while the model keeps each fracture's problem).
+
 With a TensorBoard logger every figure is also logged as an image, under ``figures/<name>``.
 
 Cost: a periodic render is skipped when it would take the callback's time during training above ``max_overhead``
@@ -21,6 +27,8 @@ runs after the last epoch, where the final set follows. Only the global-zero pro
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
@@ -28,15 +36,18 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from matplotlib.figure import Figure
 
 from flowlearn.checks import check_dpi
+from flowlearn.data.datamodule import FractureDataset
 from flowlearn.reporting.figures import (
     HELD_OUT,
     SHOWCASE_SPLITS,
     figure_set,
+    map_closed_forms,
     plot_correction,
     plot_error,
     plot_pressure,
     save_figures,
 )
+from flowlearn.reporting.heldout import split_metrics
 from flowlearn.runs import read_metrics
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import FractureFields, predict_fields
@@ -77,6 +88,8 @@ class FigureCallback(L.Callback):
         self.spent_s = 0.0
         self._start = 0.0
         self._estimate = 0.0
+        # By split, the closed form the maps draw beside the model (None: the LCL is the best, or none is).
+        self._best: dict[str, str | None] = {}
 
     # -- hooks ----------------------------------------------------------------------------------------------
 
@@ -106,9 +119,10 @@ class FigureCallback(L.Callback):
             return
         begin = time.perf_counter()
         fields = self._fields(trainer, pl_module, self.gallery_size)
+        best = self._closed_forms(trainer, pl_module, {f.split for f in fields})
         csv = next((lg for lg in trainer.loggers if isinstance(lg, CSVLogger)), None)
         columns = read_metrics(csv.log_dir) if csv is not None else None
-        self._write(trainer, figure_set(fields, columns), self._root(trainer))
+        self._write(trainer, figure_set(fields, columns, best), self._root(trainer))
         self.render_seconds["final"] = time.perf_counter() - begin
 
     # -- rendering ------------------------------------------------------------------------------------------
@@ -118,18 +132,37 @@ class FigureCallback(L.Callback):
 
     def _render_progress(self, trainer: L.Trainer, pl_module: FractureFlowModule, epochs: int) -> float:
         """Draw the maps that change during training, for the showcase fracture after ``epochs`` epochs, to
-        ``figures/epoch_<epochs>``; returns the seconds it took."""
+        ``figures/epoch_<epochs>``; returns the seconds it took (the choice of the closed form to draw, made once
+        for the run, not counted: it is no cost of the renders to come)."""
+        split = _showcase_split(trainer.datamodule.splits)
+        best = self._closed_forms(trainer, pl_module, {split})[split]
         begin = time.perf_counter()
         (shown,) = self._fields(trainer, pl_module, 0)
         figures = {
             "correction": plot_correction(shown),
-            "pressure": plot_pressure(shown),
-            "error": plot_error(shown),
+            "pressure": plot_pressure(shown, best),
+            "error": plot_error(shown, best),
         }
         self._write(trainer, figures, self._root(trainer) / f"epoch_{epochs:03d}")
         seconds = time.perf_counter() - begin
         self.render_seconds[f"epoch_{epochs:03d}"] = seconds
         return seconds
+
+    def _closed_forms(
+        self, trainer: L.Trainer, pl_module: FractureFlowModule, splits: set[str]
+    ) -> dict[str, str | None]:
+        """By split of ``splits``, the closed form the maps draw (:func:`~flowlearn.reporting.figures.
+        map_closed_forms`) over every fracture of the split, chosen the first time it is asked for."""
+        datasets = trainer.datamodule.splits
+        for split in splits - set(self._best):
+            dataset = datasets[split]
+            with _evaluating(pl_module):
+                # One fracture's fields at a time: split_metrics keeps their metrics only.
+                result = split_metrics(
+                    (predict_fields(pl_module, dataset, i, split) for i in range(len(dataset))), split
+                )
+            self._best[split] = None if result is None else map_closed_forms({split: result})[split]
+        return {split: self._best[split] for split in splits}
 
     def _fields(
         self, trainer: L.Trainer, pl_module: FractureFlowModule, held_out: int
@@ -137,18 +170,14 @@ class FigureCallback(L.Callback):
         """The showcase fracture's fields, then up to ``held_out`` more validation and test fractures."""
         splits = trainer.datamodule.splits
         wanted: list[tuple[str, int]] = []
-        showcase = next((s for s in SHOWCASE_SPLITS if s in splits and len(splits[s])), None)
+        showcase = _showcase_split(splits)
         if showcase is not None:
             wanted.append((showcase, 0))
         for split in HELD_OUT:
             wanted += [(split, i) for i in range(len(splits[split])) if (split, i) not in wanted]
         wanted = wanted[: 1 + held_out]
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
+        with _evaluating(pl_module):
             return [predict_fields(pl_module, splits[split], index, split) for split, index in wanted]
-        finally:
-            pl_module.train(was_training)
 
     def _write(self, trainer: L.Trainer, figures: dict[str, Figure], directory: Path) -> None:
         save_figures(figures, directory, dpi=self.dpi)
@@ -156,3 +185,20 @@ class FigureCallback(L.Callback):
             if isinstance(logger, TensorBoardLogger):
                 for name, fig in figures.items():
                     logger.experiment.add_figure(f"figures/{name}", fig, trainer.global_step, close=False)
+
+
+def _showcase_split(splits: Mapping[str, FractureDataset]) -> str | None:
+    """The split of the fracture that the single-fracture maps show (:func:`~flowlearn.reporting.figures.showcase`):
+    the first of :data:`~flowlearn.reporting.figures.SHOWCASE_SPLITS` with a fracture."""
+    return next((s for s in SHOWCASE_SPLITS if s in splits and len(splits[s])), None)
+
+
+@contextmanager
+def _evaluating(module: FractureFlowModule) -> Iterator[None]:
+    """``module`` in eval mode for the block, then back in the mode it was in."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)

@@ -1,6 +1,10 @@
 """Figures of a trained correction: aperture, learned W, pressures, pixel-wise errors, training curves, gallery.
 
-The learned model is shown beside the local cubic law (LCL, T = Ap³/12), the baseline it must beat.
+The learned model is shown beside the best closed form, the law it must beat, and the local cubic law (LCL,
+T = Ap³/12). The maps of a split's fractures draw the closed form with the lowest median departure error over the
+split (:func:`map_closed_forms`: the one ``flowlearn evaluate`` and the run's closing line name for the pressure);
+the curves draw the closed form with the lowest logged value of each metric they show. Where the best closed form
+is the LCL itself, the LCL's panel or line says so and no other is drawn.
 
 Every ``plot_*`` function takes the fields of a run (:class:`~flowlearn.training.predictions.FractureFields`, as read from
 ``predictions.h5``, or the columns of ``metrics.csv``) and returns a :class:`matplotlib.figure.Figure`. Figures are
@@ -43,9 +47,9 @@ from flowlearn.metrics import (
     column,
     relative_error,
 )
-from flowlearn.models.baselines import BASELINES, COMPARED
+from flowlearn.models.baselines import BASELINES, CLOSED_FORMS, COMPARED, best_closed_form
 from flowlearn.reference.departure import Departure
-from flowlearn.reporting.heldout import MODEL, HeldOut
+from flowlearn.reporting.heldout import MODEL, HeldOut, split_metrics
 from flowlearn.runs import metric_series
 from flowlearn.training.predictions import FractureFields
 
@@ -91,6 +95,25 @@ def error_map(
 def error_title(label: str, mean: float, maximum: float) -> str:
     """Title of an error panel; the numbers carry three significant digits, trailing zeros kept (1.50, 0.708)."""
     return f"{label}\nmean {mean:#.3g} %, max {maximum:#.3g} %"
+
+
+def map_closed_forms(results: Mapping[str, HeldOut]) -> dict[str, str | None]:
+    """By split, the closed form that the maps of its fractures draw beside the model and the LCL: the best in the
+    median departure error over the split's fractures (:meth:`~flowlearn.reporting.heldout.HeldOut.best`, the one
+    the verdict names for the pressure); None where no closed form has one (references on the straight line)."""
+    return {split: result.best(DEPARTURE_ERR) for split, result in results.items()}
+
+
+def compared_laws(fields: FractureFields, best: str | None, lcl: str = LCL) -> list[tuple[str, np.ndarray]]:
+    """(label, pressure) of the closed forms a map of ``fields`` draws beside the model: the LCL (labelled ``lcl``),
+    then the best closed form ``best`` (:func:`map_closed_forms`) where it is another one that applies here."""
+    tag = ", best closed form"
+    if best == COMPARED:
+        return [(lcl + tag, fields.pressure_compared)]
+    laws = [(lcl, fields.pressure_compared)]
+    if best in fields.baseline_pressures:
+        laws.append((best + tag, fields.baseline_pressures[best]))
+    return laws
 
 
 # -- building blocks ------------------------------------------------------------------------------------------
@@ -239,12 +262,13 @@ def plot_correction(fields: FractureFields) -> Figure:
     return fig
 
 
-def plot_pressure(fields: FractureFields) -> Figure:
-    """Reference (LBM), LCL and learned pressure on one shared scale (one panel each, one colourbar); without a
-    reference (a prediction on an aperture map), the other two."""
+def plot_pressure(fields: FractureFields, best: str | None = None) -> Figure:
+    """Reference (LBM), LCL, best closed form (``best``, where another: see :func:`compared_laws`) and learned
+    pressure on one shared scale (one panel each, one colourbar); without a reference (a prediction on an aperture
+    map), the others."""
     panels = [
         ("reference (LBM)", fields.pressure_reference),
-        (LCL, fields.pressure_compared),
+        *compared_laws(fields, best),
         (f"learned {fields.correction_name}", fields.pressure),
     ]
     titles, pressures = zip(*[(title, p) for title, p in panels if p is not None])
@@ -259,24 +283,21 @@ def plot_pressure(fields: FractureFields) -> Figure:
     return fig
 
 
-def plot_error(fields: FractureFields) -> Figure:
-    """Pixel-wise relative error |p̂ − p|/p in % of the LCL and the learned model, on one shared scale.
+def plot_error(fields: FractureFields, best: str | None = None) -> Figure:
+    """Pixel-wise relative error |p̂ − p|/p in % of the LCL, the best closed form (``best``, where another: see
+    :func:`compared_laws`) and the learned model, on one shared scale.
 
     Titles carry the mean and max over the pixels the metrics compare (solved, less the fixed inlet and outlet
     columns; the whole volume for 3D fields, not only the slice).
     """
-    fig, axes = _row(2, fields)
     mask = fields.compared
-    lcl, lcl_mean, lcl_max = error_map(fields.pressure_compared, fields.pressure_reference, mask)
-    learned, learned_mean, learned_max = error_map(fields.pressure, fields.pressure_reference, mask)
-    norm = Normalize(0, max(lcl_max, learned_max, 1e-12))
-    panels = (
-        (lcl, error_title(LCL, lcl_mean, lcl_max)),
-        (learned, error_title(f"learned {fields.correction_name}", learned_mean, learned_max)),
-    )
-    for ax, (error, title) in zip(axes, panels):
+    laws = [*compared_laws(fields, best), (f"learned {fields.correction_name}", fields.pressure)]
+    errors = [(label, *error_map(pressure, fields.pressure_reference, mask)) for label, pressure in laws]
+    fig, axes = _row(len(errors), fields)
+    norm = Normalize(0, max(max(maximum for *_, maximum in errors), 1e-12))
+    for ax, (label, error, mean, maximum) in zip(axes, errors):
         im = _show(ax, fields, _plane(error), _cmap("magma_r"), norm)
-        ax.set_title(title)
+        ax.set_title(error_title(label, mean, maximum))
     _colorbar(axes[-1], im, "relative error |p̂ − p|/p (%)")
     fig.suptitle(f"{fields.name}{_slice_note(fields)}")
     return fig
@@ -292,13 +313,28 @@ def _curve_columns() -> list[str]:
     ]
 
 
+def _best_logged(columns: Mapping[str, np.ndarray], stage: str, metric: str) -> str | None:
+    """The closed form whose last logged ``metric`` of ``stage`` is lowest (:func:`~flowlearn.models.baselines.
+    best_closed_form`, by which the verdict names the best closed form per metric, on the values the curves
+    draw); None where no closed form logged it."""
+    logged = {
+        name: metric_series(columns, key)[1][-1]
+        for name in CLOSED_FORMS
+        if (key := column(stage, metric, name)) in columns and np.isfinite(columns[key]).any()
+    }
+    found = best_closed_form(logged)
+    return None if found is None else found[0]
+
+
 def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
     """Training curves from the columns of ``metrics.csv`` (see :func:`flowlearn.runs.read_metrics`).
 
-    Left: the loss of training and the MSE of validation, with the LCL's validation MSE dashed. Right: the mean
-    relative pressure error (%) of each logged stage, with the LCL's dashed in the same colour. Test metrics,
-    logged once, are single markers. A baseline's training and validation metrics are logged when they change, and
-    hold until the next value: a step line to the stage's last epoch.
+    Left: the loss of training and the MSE of validation and test, with the LCL's dashed and the best closed
+    form's dotted (:func:`_best_logged`, per stage). Right: the mean relative pressure error (%) of each logged
+    stage, with the LCL's dashed and the best closed form's dotted in the same colour. Test metrics, logged once,
+    are single markers (open for the laws: a circle the LCL, a square the best closed form). A baseline's training
+    and validation metrics are logged when they change, and hold until the next value: a step line to the
+    stage's last epoch.
 
     Raises:
         ValueError: ``columns`` holds none of the metrics drawn (the figure would be empty).
@@ -315,7 +351,7 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
     loss_ax, error_ax = fig.subplots(1, 2)
     colours = dict(zip(STAGES, ("C0", "C1", "C2")))
 
-    def draw(ax: Axes, name: str, label: str, until: str | None = None, **style) -> None:
+    def draw(ax: Axes, name: str, label: str, until: str | None = None, point: str = "o", **style) -> None:
         if name in columns and np.isfinite(columns[name]).any():
             epochs, values = metric_series(columns, name)
             stage_epochs = metric_series(columns, until)[0] if until in columns else epochs
@@ -324,73 +360,90 @@ def plot_curves(columns: Mapping[str, np.ndarray]) -> Figure:
                 epochs, values = np.append(epochs, last), np.append(values, values[-1])
                 style = {**style, "drawstyle": "steps-post"}
             if len(values) == 1:
-                # A metric logged once (test, after training) is a point: filled for the model, open for the law.
-                dashed = style.get("linestyle") == "--"
-                style = {**style, "marker": "o", "markerfacecolor": "none" if dashed else style["color"]}
+                # A metric logged once (test, after training) is a point: filled for the model, open for a law.
+                law = "linestyle" in style
+                style = {**style, "marker": point, "markerfacecolor": "none" if law else style["color"]}
             ax.plot(epochs, values, label=label, **style)
 
-    def draw_with_lcl(ax: Axes, stage: str, metric: str, label: str, lcl_label: str) -> None:
-        """The learned model's ``metric`` of ``stage``, and the LCL's dashed in the same colour up to its end."""
+    def draw_with_laws(ax: Axes, stage: str, metric: str, label: str, laws: str) -> None:
+        """The learned model's ``metric`` of ``stage`` (``label``), then the LCL's dashed and the best closed form's
+        dotted in the same colour up to the model's last epoch (labelled ``laws``, then the law)."""
         model = column(stage, metric)
-        draw(ax, model, label, color=colours[stage])
-        draw(
-            ax, column(stage, metric, COMPARED), lcl_label, until=model, color=colours[stage], linestyle="--"
-        )
+        colour = colours[stage]
+        draw(ax, model, label, color=colour)
+        best = _best_logged(columns, stage, metric)
+        tag = " (best closed form)"
+        lcl = f"{laws}, LCL{tag if best == COMPARED else ''}"
+        draw(ax, column(stage, metric, COMPARED), lcl, until=model, color=colour, linestyle="--")
+        if best is not None and best != COMPARED:
+            best_label = f"{laws}, {best}{tag}"
+            draw(ax, column(stage, metric, best), best_label, model, "s", color=colour, linestyle=":")
 
     draw(loss_ax, LOSS, "train loss", color=colours["train"])
     for stage in HELD_OUT:
-        draw_with_lcl(loss_ax, stage, MSE, f"{stage} MSE", f"{stage} MSE, LCL")
+        draw_with_laws(loss_ax, stage, MSE, f"{stage} MSE", f"{stage} MSE")
     for stage in STAGES:
-        draw_with_lcl(error_ax, stage, REL_ERR_MEAN, f"{stage}, learned", f"{stage}, LCL")
+        draw_with_laws(error_ax, stage, REL_ERR_MEAN, f"{stage}, learned", stage)
     loss_ax.set(title="loss", xlabel="epoch", ylabel="MSE (pressure²)", yscale="log")
     error_ax.set(title="mean relative pressure error", xlabel="epoch", ylabel="|p̂ − p|/p (%)")
     for ax in (loss_ax, error_ax):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.lines:
-            ax.legend(fontsize="small")
+            ax.legend(fontsize="x-small")
         ax.grid(alpha=0.3)
     return fig
 
 
-def plot_gallery(fields: Sequence[FractureFields], max_rows: int = 6) -> Figure:
-    """Held-out fractures side by side: aperture, learned correction, LCL error, learned-model error.
+def plot_gallery(
+    fields: Sequence[FractureFields], max_rows: int = 6, best: Mapping[str, str | None] | None = None
+) -> Figure:
+    """Held-out fractures side by side: aperture, learned correction, LCL error, best closed form error, learned-
+    model error.
 
     One row per fracture (the first ``max_rows``, a positive integer); each column shares one colour scale and
-    one colourbar, and the two error columns share theirs, so that rows and the two models compare directly.
+    one colourbar, and the error columns share theirs, so that rows and the models compare directly. ``best``
+    names by split the closed form of the best-closed-form column (:func:`map_closed_forms`); a row whose best
+    closed form is the LCL, or none, leaves that panel empty, and a gallery with no such column has four.
     """
     # A negative count would slice rows off the end: a gallery silently short of its last fractures.
     check_setting(is_integer(max_rows) and max_rows >= 1, "max_rows", "must be a positive integer", max_rows)
     rows = list(fields)[:max_rows]
     if not rows:
         raise ValueError("the gallery needs at least one fracture")
+    best = best or {}
+    # Per row, the error panels (label, map, mean, max): the LCL's, the best closed form's (None where it is the LCL
+    # or none), the model's; the middle column only where a row has one.
+    errors = []
+    for f in rows:
+        laws = [*compared_laws(f, best.get(f.split), "LCL"), (f"learned {f.correction_name}", f.pressure)]
+        maps = [(label, *error_map(pressure, f.pressure_reference, f.compared)) for label, pressure in laws]
+        errors.append(maps if len(maps) == 3 else [maps[0], None, maps[1]])
+    if all(row[1] is None for row in errors):
+        errors = [[row[0], row[2]] for row in errors]
+    columns = 2 + len(errors[0])
     height, width = _plane(rows[0].aperture).shape
     fig = Figure(
-        figsize=(4 * PANEL_INCHES * 0.8, len(rows) * PANEL_INCHES * 0.8 * height / width + 2.2),
+        figsize=(columns * PANEL_INCHES * 0.8, len(rows) * PANEL_INCHES * 0.8 * height / width + 2.2),
         layout="compressed",
     )
-    axes = np.atleast_2d(fig.subplots(len(rows), 4))
+    axes = np.atleast_2d(fig.subplots(len(rows), columns))
     apertures, aperture_norm, aperture_label, aperture_extend = _aperture_maps(rows)
     corrections, correction_cmap, correction_norm, correction_label = _correction_maps(rows)
-    errors = [
-        [error_map(p, f.pressure_reference, f.compared) for p in (f.pressure_compared, f.pressure)]
-        for f in rows
-    ]
-    error_norm = Normalize(0, max(max(e[0][2], e[1][2]) for e in errors))
+    error_norm = Normalize(0, max(panel[3] for row in errors for panel in row if panel is not None))
+    drawn: dict[int, AxesImage] = {}
     for r, f in enumerate(rows):
-        (lcl, lcl_mean, lcl_max), (learned, learned_mean, learned_max) = errors[r]
-        drawn = (
-            _show(axes[r, 0], f, apertures[r], _cmap("YlGnBu"), aperture_norm),
-            _show(axes[r, 1], f, corrections[r], correction_cmap, correction_norm),
-            _show(axes[r, 2], f, _plane(lcl), _cmap("magma_r"), error_norm),
-            _show(axes[r, 3], f, _plane(learned), _cmap("magma_r"), error_norm),
-        )
+        drawn[0] = _show(axes[r, 0], f, apertures[r], _cmap("YlGnBu"), aperture_norm)
+        drawn[1] = _show(axes[r, 1], f, corrections[r], correction_cmap, correction_norm)
         axes[r, 0].set_title(f"{f.name} ({f.split})", fontsize="small")
         axes[r, 1].set_title(f"learned {f.correction_name}", fontsize="small")
-        axes[r, 2].set_title(error_title("LCL", lcl_mean, lcl_max), fontsize="small")
-        axes[r, 3].set_title(
-            error_title(f"learned {f.correction_name}", learned_mean, learned_max), fontsize="small"
-        )
-    # One colourbar under each shared-scale column group, drawn from the images of the last row.
+        for c, panel in enumerate(errors[r], start=2):
+            if panel is None:
+                axes[r, c].set_axis_off()
+                continue
+            label, error, mean, maximum = panel
+            drawn[2] = _show(axes[r, c], f, _plane(error), _cmap("magma_r"), error_norm)
+            axes[r, c].set_title(error_title(label, mean, maximum), fontsize="small")
+    # One colourbar under each shared-scale column group.
     for group, image, label, extend in (
         (axes[:, 0], drawn[0], aperture_label, aperture_extend),
         (axes[:, 1], drawn[1], correction_label, "neither"),
@@ -422,25 +475,32 @@ def showcase(fields: Sequence[FractureFields]) -> FractureFields:
 
 
 def figure_set(
-    fields: Sequence[FractureFields], columns: Mapping[str, np.ndarray] | None = None
+    fields: Sequence[FractureFields],
+    columns: Mapping[str, np.ndarray] | None = None,
+    best: Mapping[str, str | None] | None = None,
 ) -> dict[str, Figure]:
     """Every figure of a run, keyed by file stem: ``aperture``, ``correction``, ``pressure``, ``error`` (of the
     :func:`showcase` fracture, when it has a reference pressure), ``curves`` (when ``columns`` hold a metric it
-    draws) and ``gallery`` (when the run holds more than one held-out fracture)."""
+    draws) and ``gallery`` (when the run holds more than one held-out fracture). ``best``: by split, the closed form
+    the maps draw beside the model (:func:`map_closed_forms`); by default chosen over the splits' fractures among
+    ``fields``, which is the verdict's choice where they are all of them (a run's ``predictions.h5``)."""
+    if best is None:
+        results = {split: split_metrics(fields, split) for split in dict.fromkeys(f.split for f in fields)}
+        best = map_closed_forms({split: result for split, result in results.items() if result is not None})
     shown = showcase(fields)
     figures = {
         "aperture": plot_aperture(shown),
         "correction": plot_correction(shown),
-        "pressure": plot_pressure(shown),
+        "pressure": plot_pressure(shown, best.get(shown.split)),
     }
     if shown.pressure_reference is not None:
-        figures["error"] = plot_error(shown)
+        figures["error"] = plot_error(shown, best.get(shown.split))
     # A metrics.csv that logged no metric drawn (only epoch and step) has no curves to show.
     if columns is not None and any(name in columns for name in _curve_columns()):
         figures["curves"] = plot_curves(columns)
     held_out = [f for f in fields if f.split in HELD_OUT]
     if len(held_out) > 1:
-        figures["gallery"] = plot_gallery(held_out)
+        figures["gallery"] = plot_gallery(held_out, best=best)
     return figures
 
 

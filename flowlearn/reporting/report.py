@@ -19,9 +19,18 @@ import flowlearn.metrics as metrics
 from flowlearn.checks import check_dpi
 from flowlearn.data.files import atomic_path
 from flowlearn.errors import DataValidationError, RunDirectoryError
-from flowlearn.models.baselines import BASELINES, COMPARED, Baseline
-from flowlearn.reporting.figures import figure_set, plot_baselines, save_figures
-from flowlearn.reporting.heldout import split_metrics, verdict_table
+from flowlearn.models.baselines import BASELINES, COMPARED
+from flowlearn.reporting.figures import figure_set, map_closed_forms, plot_baselines, save_figures
+from flowlearn.reporting.heldout import (
+    RULE,
+    HeldOut,
+    fracture_counts,
+    median_rows,
+    split_label,
+    split_metrics,
+    table_header,
+    verdict_sentence,
+)
 from flowlearn.runs import (
     metric_series,
     missing_outputs,
@@ -33,8 +42,6 @@ from flowlearn.runs import (
 from flowlearn.training.failures import run_error
 from flowlearn.training.predictions import read_predictions
 
-# How the trained model is named in the metrics table.
-MODEL_LABEL = "learned"
 # (column, table header) of the sweep table.
 SWEEP_COLUMNS = (
     (metrics.column("val", metrics.MSE), "val MSE"),
@@ -61,39 +68,40 @@ def final_metrics(columns: Mapping[str, np.ndarray]) -> dict[str, float]:
     return final
 
 
-def baseline_label(baseline: Baseline, power_exponent: float = math.nan) -> str:
-    """A baseline's label in tables, with the fitted exponent of ``power`` where known."""
-    if baseline.name == "power" and math.isfinite(power_exponent):
-        return f"{baseline.label} (a = {power_exponent:.3g})"
-    return baseline.label
-
-
-def metrics_table(final: Mapping[str, float], power_exponent: float = math.nan) -> str:
-    """A markdown table of :func:`final_metrics`: per split that logged metrics, a row for the learned model, then
-    one per baseline that logged any; a column per metric of :data:`~flowlearn.metrics.METRICS` (– where
-    absent) and the learned model's improvement over the LCL."""
-    lines = [
-        "| split | model | "
-        + " | ".join(m.header for m in metrics.METRICS)
-        + " | improvement over LCL (%) |",
-        "|---" * (len(metrics.METRICS) + 3) + "|",
-    ]
-    for stage in metrics.STAGES:
-        if metrics.column(stage, metrics.MSE) not in final:
-            continue
-        rows = [(MODEL_LABEL, None)] + [(baseline_label(b, power_exponent), b.name) for b in BASELINES]
-        for label, baseline in rows:
-            values = [final.get(metrics.column(stage, m.name, baseline)) for m in metrics.METRICS]
-            if baseline is not None and all(v is None for v in values):
-                continue
-            gain = final.get(metrics.column(stage, metrics.IMPROVEMENT)) if baseline is None else None
-            lines.append(f"| {stage} | {label} | " + " | ".join(_number(v) for v in [*values, gain]) + " |")
+def verdict_section(results: Mapping[str, HeldOut]) -> str:
+    """Markdown: one table of the medians over fractures of each split of ``results`` (a split column, then the
+    rows of :func:`~flowlearn.reporting.heldout.median_rows`: the model, the best closed form, the other baselines,
+    the LCL and the reference's own error, as ``flowlearn evaluate`` prints them), and under it each split's
+    verdict (:func:`~flowlearn.reporting.heldout.verdict_sentence`) with its counts of fractures."""
+    lines = table_header("split")
+    for split, result in results.items():
+        lines += [
+            f"| {split_label(split)} | {label} | " + " | ".join(cells) + " |"
+            for label, cells in median_rows(result)
+        ]
+    lines.append("")
+    for split, result in results.items():
+        lines.append(
+            f"- {split_label(split)}, {len(result.names)} fractures: the model {verdict_sentence(result)}"
+        )
+        # A count's own detail (indented) one level further in.
+        lines += [
+            f"    - {line.strip()}" if line.startswith(" ") else f"  - {line}"
+            for line in fracture_counts(result)
+        ]
     return "\n".join(lines)
+
+
+def judged_splits(results: Mapping[str, HeldOut]) -> dict[str, HeldOut]:
+    """The splits of ``results`` that the report judges the model on: test and validation, or the training split
+    where it has neither (as the run's closing line does)."""
+    held_out = {split: results[split] for split in ("test", "val") if split in results}
+    return held_out or {split: result for split, result in results.items() if split == "train"}
 
 
 def baselines_note(final: Mapping[str, float]) -> str:
     """The baselines' formulas, and what the table lacks: flow-rate errors where the data has no flow rates."""
-    lines = [f"- {b.label} (`{b.name}_*`): {b.formula}" for b in BASELINES]
+    lines = [f"- `{b.name}`, {b.label}: {b.formula}" for b in BASELINES]
     if not any(name.endswith(metrics.FLOW_RATE_ERR) for name in final):
         lines.append(
             "- no flow-rate errors: the run's fractures carry no reference flow rate (the `flow_rate` attribute)"
@@ -169,8 +177,8 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
     fields = read_predictions(run_dir / "predictions.h5")
     # All read before anything is written: a damaged run gets no report.
     config, choices, overrides = run_config(run_dir), _choices(run_dir), _overrides(run_dir)
-    figures = figure_set(fields, columns)
     per_split = {s: r for s in metrics.STAGES if (r := split_metrics(fields, s)) is not None}
+    figures = figure_set(fields, columns, map_closed_forms(per_split))
     if per_split and (baselines := plot_baselines(per_split)) is not None:
         figures["baselines"] = baselines
     paths = save_figures(figures, output / "figures", dpi=dpi)
@@ -186,24 +194,22 @@ def report_run(run_dir: str | Path, output: str | Path | None = None, dpi: int =
         + ", ".join(f"{n} {s}" for s, n in splits.items() if n)
         + f"; law: {fields[0].law}",
         "",
-        "## Metrics (last logged epoch)",
+        "## The verdict (medians over fractures)",
         "",
-        metrics_table(final, fields[0].power_exponent),
-        "",
-        metrics.IMPROVEMENT_NOTE,
+    ]
+    judged = judged_splits(per_split)
+    if judged:
+        lines += [verdict_section(judged), ""]
+    lines += [
+        f"Per fracture: the pressure MSE, and the departure and flow-rate errors ({metrics.ERRORS_NOTE}, in %), over "
+        "its solved pixels less the inlet and outlet columns; the median over the split's fractures. "
+        f"{RULE}",
         "",
         "Baselines:",
         "",
         baselines_note(final),
         "",
     ]
-    if "test" in per_split:
-        lines += [
-            "## Held-out verdict (test split, medians over fractures)",
-            "",
-            verdict_table(per_split["test"]),
-            "",
-        ]
     lines += [
         "## Figures",
         "",

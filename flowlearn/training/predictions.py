@@ -112,7 +112,7 @@ class FractureFields:
 
     @property
     def pressure_compared(self) -> np.ndarray:
-        """The pressure of the baseline figures show beside the model's: the LCL's."""
+        """The LCL's pressure, which every map shows beside the model's (with the best closed form's)."""
         return self.baseline_pressures[COMPARED]
 
     @property
