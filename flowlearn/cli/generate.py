@@ -92,9 +92,8 @@ _RECIPE_OPTIONS = {
 def generate_arguments(p: argparse.ArgumentParser) -> None:
     from flowlearn.fractures.recipes import RECIPES
     from flowlearn.reference.generate import MAX_COUNT, DatasetConfig
-    from flowlearn.reference.lbm import MAX_DENSITY_DROP, LBMSettings
 
-    d, s = DatasetConfig(), LBMSettings()
+    d = DatasetConfig()
     p.add_argument("output", type=path_text, help="HDF5 file to write (flowlearn layout)")
     g = p.add_argument_group("fractures")
     g.add_argument("--count", type=int, default=d.count, help=f"number of fractures, at most {MAX_COUNT}")
@@ -147,6 +146,20 @@ def generate_arguments(p: argparse.ArgumentParser) -> None:
         help="worker processes, each with its share of the cores: at most the cores (more than the fractures to "
         "make are not started)",
     )
+    lbm_arguments(
+        p,
+        threads="OpenMP threads of each process, at most the cores (default: the cores shared among the processes)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    slurm_arguments(p)
+
+
+def lbm_arguments(p: argparse.ArgumentParser, threads: str) -> None:
+    """The LBM's options (:class:`~flowlearn.reference.lbm.LBMSettings`, less ``magic``), shared by the commands that
+    run it; ``threads`` is the help of ``--threads``, which says how the command shares the cores."""
+    from flowlearn.reference.lbm import MAX_DENSITY_DROP, LBMSettings
+
+    s = LBMSettings()
     g = p.add_argument_group("LBM")
     g.add_argument("--omega", type=float, default=s.omega, help="TRT symmetric relaxation rate")
     g.add_argument(
@@ -161,18 +174,16 @@ def generate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--max-steps", type=int, default=s.max_steps, help="fail when not steady by then (raise it if so)"
     )
-    g.add_argument("--target", choices=("auto", "cpu", "gpu"), default=s.target, help="where lbmpy runs")
     g.add_argument(
-        "--threads",
-        type=int,
-        default=s.threads,
-        help="OpenMP threads of each process, at most the cores (default: the cores shared among the processes)",
+        "--target",
+        choices=("auto", "cpu", "gpu"),
+        default=s.target,
+        help="where lbmpy runs: cpu, gpu (a CUDA device, with cupy), or auto (the GPU where cupy sees one)",
     )
+    g.add_argument("--threads", type=int, default=s.threads, help=threads)
     g.add_argument(
         "--reservoir", type=int, default=s.reservoir, help="open columns before/after the fracture"
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    slurm_arguments(p)
 
 
 def slurm_arguments(p: argparse.ArgumentParser) -> None:
