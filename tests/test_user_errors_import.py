@@ -253,6 +253,8 @@ ROWS = [
     ),
     (["reference", "{maps}", "-o", "{out}", "--target", "tpu"], "argument --target: invalid choice: 'tpu'"),
     (["reference", "{map}x", "-o", "{out}"], "{map}x: no such file"),
+    (["reference", "{maps}", "-o", "{out}", "--tasks", "4"], "--tasks applies only with --slurm"),
+    (["reference", "{maps}", "-o", "{out}", "--slurm", "--mem-gb", "0"], "--mem-gb must be > 0, got 0.0"),
 ]
 
 
@@ -272,3 +274,4 @@ def test_import_and_reference_mistakes(files, tmp_path, capsys, argv, message):
     assert len(err.strip().splitlines()) == 1, err
     assert message.format(**names) in err, err
     assert not (tmp_path / "out.h5").exists()
+    assert not (tmp_path / "out.h5.parts").exists()

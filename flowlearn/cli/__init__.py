@@ -84,7 +84,8 @@ COMMANDS = (
         "pressure averaged over the gap, inlet 2 and outlet 1, the flow rate in m³) between the walls it stores, or "
         "on its aperture centred on a flat mid-plane where it stores none, and write it with its reference to "
         "OUTPUT. OUTPUT is rewritten atomically after each fracture; a rerun keeps the fractures computed before "
-        "from the same geometry and settings, so a killed run continues where it stopped.",
+        "from the same geometry and settings, so a killed run continues where it stopped. With --slurm the "
+        "fractures are computed by a SLURM job array, as flowlearn generate --slurm makes its own.",
         reference_arguments,
         run_reference,
     ),

@@ -49,7 +49,13 @@ def run_generate(args: argparse.Namespace) -> int:
     except SettingError as err:
         # The settings name their fields; on the command line they are options.
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
-    slurm = _slurm_settings(args)
+    slurm = slurm_settings(args)
+    if slurm is not None and args.processes != 1:
+        raise SettingError(
+            "--processes",
+            "applies only to a local generation: with --slurm each array task is one process on its "
+            "--cpus-per-task CPUs (ask for more tasks with --tasks)",
+        )
     if slurm is None:
         # On this machine's cores (with --slurm, the threads run on the cluster's nodes).
         check_cores("--threads", args.threads)
@@ -187,14 +193,14 @@ def lbm_arguments(p: argparse.ArgumentParser, threads: str) -> None:
 
 
 def slurm_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``flowlearn generate --slurm``. Their defaults are None (the help states SlurmSettings'), so
-    that one given without --slurm can be refused."""
+    """The options of ``--slurm`` (``flowlearn generate``, ``flowlearn reference``). Their defaults are None (the help
+    states SlurmSettings'), so that one given without --slurm can be refused."""
     from flowlearn.reference.cluster import MAX_DEFAULT_TASKS, SlurmSettings
 
     d = SlurmSettings()
     g = p.add_argument_group(
         "SLURM",
-        "with --slurm, the fractures are made by a job array; the command waits for it and merges the parts",
+        "with --slurm, the fractures are computed by a job array; the command waits for it and merges the parts",
     )
     g.add_argument("--slurm", action="store_true", help="submit the missing fractures as a SLURM job array")
     g.add_argument(
@@ -246,12 +252,12 @@ _SLURM_OPTIONS = (
 )  # fmt: skip
 
 
-def _slurm_settings(args: argparse.Namespace) -> object | None:
-    """The :class:`~flowlearn.reference.cluster.SlurmSettings` of ``flowlearn generate --slurm``; None without --slurm.
+def slurm_settings(args: argparse.Namespace) -> object | None:
+    """The :class:`~flowlearn.reference.cluster.SlurmSettings` of a command's ``--slurm`` (:func:`slurm_arguments`);
+    None without --slurm.
 
     Raises:
-        SettingError: naming the option: one out of its range, a SLURM option without --slurm, or --processes
-            with --slurm.
+        SettingError: naming the option: one out of its range, or a SLURM option without --slurm.
     """
     given = [
         name
@@ -262,12 +268,6 @@ def _slurm_settings(args: argparse.Namespace) -> object | None:
         for name in given:
             raise SettingError(f"--{name.replace('_', '-')}", "applies only with --slurm")
         return None
-    if args.processes != 1:
-        raise SettingError(
-            "--processes",
-            "applies only to a local generation: with --slurm each array task is one process on its "
-            "--cpus-per-task CPUs (ask for more tasks with --tasks)",
-        )
     from flowlearn.reference.cluster import SlurmSettings
 
     fields = {name: getattr(args, name) for name in given if name not in ("slurm_setup", "no_wait")}

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from flowlearn.cli.arguments import (
     voxel_range,
     voxel_size,
 )
-from flowlearn.cli.generate import lbm_arguments
+from flowlearn.cli.generate import lbm_arguments, slurm_arguments, slurm_settings
 from flowlearn.cli.outputs import check_new_output
 from flowlearn.errors import (
     ReferenceConvergenceError,
@@ -37,9 +38,17 @@ def run_reference(args: argparse.Namespace) -> int:
         settings = from_options(LBMSettings, args)
     except SettingError as err:
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
-    check_cores("--threads", args.threads)
+    slurm = slurm_settings(args)
+    if slurm is None:
+        check_cores("--threads", args.threads)  # this machine's cores; with --slurm, the nodes'
     check_new_output(args.output, "fractures", [args.data], "the input DATA")
     check_writable(args.output)
+    if slurm is not None:
+        from flowlearn.reference.cluster import References, run_array
+
+        job = References(args.data, args.output, settings)
+        print(json.dumps(run_array(job, slurm, wait=not args.no_wait, progress=not args.quiet), indent=2))
+        return 0
     rows: list[str] = []
 
     def report(fracture, seconds: float) -> None:
@@ -82,6 +91,7 @@ def reference_arguments(p: argparse.ArgumentParser) -> None:
     )
     lbm_arguments(p, threads="OpenMP threads of the LBM, at most the cores (default: every core)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    slurm_arguments(p)
 
 
 def run_refine(args: argparse.Namespace) -> int:

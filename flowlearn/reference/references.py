@@ -13,7 +13,8 @@ Resumable: the output is rewritten (atomically) after each fracture, holding tho
 so that a killed run loses only the fracture it was on. A run into an existing output keeps each of its fractures
 whose reference was computed from the same geometry (a checksum of the input fracture's aperture, mask, walls and
 voxel size, recorded in its provenance ``reference``) with the same LBM settings (the threads aside), and computes
-the others.
+the others. As a SLURM job array (``--slurm``), the fractures are computed as ``flowlearn generate --slurm`` makes its
+own, one part file each (:class:`~flowlearn.reference.cluster.References`).
 """
 
 from __future__ import annotations
@@ -141,22 +142,10 @@ def reference_file(
     """
     settings = settings or LBMSettings()
     check_not_input(output, [source], "the input", "output")
-    fractures = read_fractures(source)  # a file without fractures is refused here
-    for fracture in fractures:
-        check_referenceable(fracture, source, settings)
-    pick_target(settings.target)  # a missing compiler or GPU: one line before the first run
-    done = _done_before(output, fractures, settings)
+    fractures = checked_fractures(source, settings)
+    done = done_before(output, fractures, settings)
     kept = len(done)
-    attrs = {
-        RECORD: json.dumps(
-            {
-                "source": os.path.abspath(source),
-                "lbm": asdict(settings),
-                "versions": library_versions(),
-            },
-            sort_keys=True,
-        )
-    }
+    attrs = file_attributes(source, settings)
 
     def write() -> None:
         write_fractures(output, [done[fr.name] for fr in fractures if fr.name in done], attrs=attrs)
@@ -179,6 +168,29 @@ def reference_file(
     return FileReferences(computed=len(todo), kept=kept)
 
 
+def checked_fractures(source: str | os.PathLike, settings: LBMSettings) -> list[Fracture]:
+    """The fractures of ``source``, each checked (:func:`check_referenceable`), and the target there: what a run
+    checks before the first fracture's LBM.
+
+    Raises:
+        DataValidationError: a file without fractures, or a fracture that cannot be referenced.
+        ProblemError: a fracture without a fluid path, or too large a box.
+        UnavailableError: the target (a GPU, a C++ compiler) is not there.
+    """
+    fractures = read_fractures(source)  # a file without fractures is refused here
+    for fracture in fractures:
+        check_referenceable(fracture, source, settings)
+    pick_target(settings.target)  # a missing compiler or GPU: one line before the first run
+    return fractures
+
+
+def file_attributes(source: str | os.PathLike, settings: LBMSettings) -> dict[str, str]:
+    """The root attributes of an output of ``source``'s references: :data:`RECORD`, the source's path, the settings
+    and the library versions (JSON)."""
+    record = {"source": os.path.abspath(source), "lbm": asdict(settings), "versions": library_versions()}
+    return {RECORD: json.dumps(record, sort_keys=True)}
+
+
 def _comparable(settings: object) -> object:
     """LBM settings (an :class:`LBMSettings`' dict, or what a provenance records) as two runs that give one
     reference share them: every setting but the threads."""
@@ -187,11 +199,11 @@ def _comparable(settings: object) -> object:
     return {key: value for key, value in settings.items() if key != "threads"}
 
 
-def _done_before(
+def done_before(
     output: str | os.PathLike, fractures: Sequence[Fracture], settings: LBMSettings
 ) -> dict[str, Fracture]:
-    """The fractures of an existing ``output`` whose reference this module computed from the geometry of the
-    fracture of ``fractures`` of their name, with ``settings``: by name."""
+    """The fractures of an existing ``output`` (or of a part file of a job array) whose reference this module
+    computed from the geometry of the fracture of ``fractures`` of their name, with ``settings``: by name."""
     if not Path(output).is_file() or Path(output).stat().st_size == 0:
         return {}
     digests = {fracture.name: geometry_digest(fracture) for fracture in fractures}
