@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flowlearn.checks import (
     check_cores,
@@ -27,6 +28,9 @@ from flowlearn.errors import (
     ReferenceConvergenceError,
     SettingError,
 )
+
+if TYPE_CHECKING:
+    from flowlearn.data.schema import Fracture
 
 
 def run_reference(args: argparse.Namespace) -> int:
@@ -51,7 +55,7 @@ def run_reference(args: argparse.Namespace) -> int:
         return 0
     rows: list[str] = []
 
-    def report(fracture, seconds: float) -> None:
+    def report(fracture: Fracture, seconds: float) -> None:
         if not rows:  # the header once a fracture is done: after every check, not before an error
             print(f"{'fracture':<16} {'gap':<6} {'voxel box':>14} {'steps':>7} {'seconds':>8} {'Q/Q_LCL':>8}")
         rows.append(fracture.name)

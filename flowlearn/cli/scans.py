@@ -7,10 +7,15 @@ import argparse
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flowlearn.cli.arguments import HelpFormatter, path_text, positive_int, voxel_range, voxel_size
 from flowlearn.cli.outputs import check_new_output
 from flowlearn.errors import DataValidationError, SettingError
+
+if TYPE_CHECKING:  # the importers load numpy, scipy and tifffile: only when a command runs
+    from flowlearn.data.scans import MapReport
+    from flowlearn.data.schema import Fracture
 
 # The importers' keywords as their messages name them (where the fault is the file's, not an option's: "is
 # pore_label right?"), and the options or arguments that set them here.
@@ -89,7 +94,7 @@ def _in_options(message: str, paths: Sequence[str], positional: str) -> str:
     return "".join(pieces)
 
 
-def _report_lines(kind: str, fracture, report, sources: str) -> list[str]:
+def _report_lines(kind: str, fracture: Fracture, report: MapReport, sources: str) -> list[str]:
     """What an import found, in a few lines: the map, what the volume's pore held or the walls' overlap, the
     aperture and the contacts."""
     rows, cols = report.shape

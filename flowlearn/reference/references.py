@@ -115,6 +115,7 @@ def check_referenceable(fracture: Fracture, path: str | os.PathLike, settings: L
         active_cells(fluid)
         check_box_memory(fluid.shape, settings.reservoir)
     except (DataValidationError, ProblemError) as err:
+        # fracture_voxels names the fracture alone ("fracture 'f0': ..."); here the file and group name it.
         raise type(err)(f"{where}: {str(err).removeprefix(f'fracture {fracture.name!r}: ')}") from err
 
 
