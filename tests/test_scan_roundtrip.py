@@ -145,4 +145,6 @@ def test_predict_and_evaluate_read_the_reference_of_a_scan(scanned, tmp_path):
             [sys.executable, "-m", "flowlearn.cli", *argv], capture_output=True, text=True, cwd=ROOT
         )
         assert result.returncode == 0, result.stderr
-    assert "1 fracture" in result.stdout or "fractures" in result.stdout, result.stdout
+    # The held-out verdict of the one fracture, its reference the scan's: the model's row and the closed forms'.
+    assert result.stdout.startswith("1 fractures; medians over fractures"), result.stdout
+    assert "| model |" in result.stdout and "| lcl |" in result.stdout, result.stdout
