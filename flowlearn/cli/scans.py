@@ -73,8 +73,9 @@ def run_import(args: argparse.Namespace) -> int:
     except SettingError as err:
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
     except (DataValidationError, FileNotFoundError) as err:
-        positional = {"volume": "SCAN", "aperture": "MAP"}.get(args.kind, "")
-        raise type(err)(_in_options(str(err), sources, positional)) from err
+        # volume's and aperture's file is their argument "path"; walls' are top_path and bottom_path.
+        keywords = {**_KEYWORDS, r"\(path\)": "(SCAN)" if args.kind == "volume" else "(MAP)"}
+        raise type(err)(_in_options(str(err), sources, keywords)) from err
     write_fractures(args.output, [fracture])
     for line in _report_lines(args.kind, fracture, report, " and ".join(sources)):
         print(line)
@@ -82,12 +83,11 @@ def run_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _in_options(message: str, paths: Sequence[str], positional: str) -> str:
-    """An importer's ``message`` with its keywords (:data:`_KEYWORDS`, and ``(path)``: the scan) as this command's
+def _in_options(message: str, paths: Sequence[str], keywords: dict[str, str]) -> str:
+    """An importer's ``message`` with its ``keywords`` (patterns: :data:`_KEYWORDS` and the like) as this command's
     options and arguments, outside the file names ``paths`` it quotes."""
     names = sorted({*paths, *(str(Path(path)) for path in paths)}, key=len, reverse=True)
     pieces = re.split(f"({'|'.join(map(re.escape, names))})", message)
-    keywords = {**_KEYWORDS, r"\(path\)": f"({positional})"}
     for index in range(0, len(pieces), 2):  # the pieces between the file names
         for keyword, option in keywords.items():
             pieces[index] = re.sub(keyword, option, pieces[index])
