@@ -14,10 +14,25 @@ from cli_support import run_counting_lightning
 from flowlearn.cli import COMMANDS, build_parser
 
 
+def _choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parsers of ``parser``'s subcommands, by name (none where it has no subcommands)."""
+    found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return found[0].choices if found else {}
+
+
 def _subparser(name: str) -> argparse.ArgumentParser:
+    """The parser of the command ``name``, or of a command's own subcommand: ``"import volume"``."""
     parser = build_parser()
-    (subparsers,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return subparsers.choices[name]
+    for word in name.split():
+        parser = _choices(parser)[word]
+    return parser
+
+
+# Every command, and every subcommand of a command that has them (flowlearn import volume, ...).
+PARSERS = [
+    *(c.name for c in COMMANDS),
+    *(f"{c.name} {kind}" for c in COMMANDS for kind in _choices(_subparser(c.name))),
+]
 
 
 def test_version_is_the_installed_distributions():
@@ -42,7 +57,7 @@ def _entry(help_text: str, flag: str) -> str:
     return " ".join(" ".join(lines[start:end]).split())
 
 
-@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
+@pytest.mark.parametrize("command", PARSERS)
 def test_help_says_each_default_once(command):
     parser = _subparser(command)
     text = parser.format_help()
@@ -59,7 +74,7 @@ def test_help_says_each_default_once(command):
             assert f"(default: {shown})" in entry, entry
 
 
-@pytest.mark.parametrize("argv", [["--help"], *([command.name, "--help"] for command in COMMANDS)])
+@pytest.mark.parametrize("argv", [["--help"], *([*command.split(), "--help"] for command in PARSERS)])
 def test_no_command_line_loads_lightning_to_declare_its_options(argv):
     """Declaring a command's options imports what their defaults and ranges come from, never Lightning: its import
     is 1.5-2 s, more than the whole of ``flowlearn --help`` (1.4 s). The commands that run a model load it

@@ -2,7 +2,7 @@
 
 Each subcommand is one :class:`Command` in :data:`COMMANDS`: its name and help, a function that declares its
 arguments on its parser, and the function that runs it, from the module of its family (``data``, ``generate``,
-``reference``, ``runs``, ``ensemble``), each a thin layer over library functions. A new subcommand is one more
+``reference``, ``runs``, ``ensemble``, ``scans``), each a thin layer over library functions. A new subcommand is one more
 entry. Optional dependencies (lbmpy) are imported only when a subcommand that needs them runs.
 """
 
@@ -25,7 +25,9 @@ from flowlearn.cli.data import (
 from flowlearn.cli.ensemble import ensemble_arguments, run_ensemble
 from flowlearn.cli.generate import generate_arguments, run_generate
 from flowlearn.cli.reference import (
+    reference_arguments,
     refine_arguments,
+    run_reference,
     run_refine,
     run_smooth_walls,
     run_stokes,
@@ -40,6 +42,7 @@ from flowlearn.cli.runs import (
     run_predict,
     run_report,
 )
+from flowlearn.cli.scans import import_arguments, run_import
 from flowlearn.errors import USER_ERROR_STATUS, USER_ERRORS
 from flowlearn.runtime import quick_exit
 from flowlearn.version import __version__
@@ -63,6 +66,28 @@ COMMANDS = (
         "Read every fracture of SRC (either layout), validate it, and write DST atomically.",
         convert_arguments,
         run_convert,
+    ),
+    Command(
+        "import",
+        "import a fracture from a scan: a segmented volume, the walls' height maps or an aperture map",
+        "Import one fracture from a measurement, KIND volume (a segmented 3D scan), walls (two height maps) or "
+        "aperture (a map of the aperture), print what the import found (dropped pore voxels, columns of several pore "
+        "runs, the contact fraction, the detected normal) and write it, without a reference pressure, to OUTPUT "
+        "(flowlearn layout, atomically). flowlearn import KIND --help lists each kind's options.",
+        import_arguments,
+        run_import,
+    ),
+    Command(
+        "reference",
+        "compute the LBM reference pressure and flow rate of every fracture of a file (needs flowlearn[lbm])",
+        "For every fracture of DATA, run the LBM as flowlearn generate does (its settings, its conventions: "
+        "pressure averaged over the gap, inlet 2 and outlet 1, the flow rate in m³) between the walls it stores, or "
+        "on its aperture centred on a flat mid-plane where it stores none, and write it with its reference to "
+        "OUTPUT. OUTPUT is rewritten atomically after each fracture; a rerun keeps the fractures computed before "
+        "from the same geometry and settings, so a killed run continues where it stopped. With --slurm the "
+        "fractures are computed by a SLURM job array, as flowlearn generate --slurm makes its own.",
+        reference_arguments,
+        run_reference,
     ),
     Command(
         "check",

@@ -49,7 +49,13 @@ def run_generate(args: argparse.Namespace) -> int:
     except SettingError as err:
         # The settings name their fields; on the command line they are options.
         raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
-    slurm = _slurm_settings(args)
+    slurm = slurm_settings(args)
+    if slurm is not None and args.processes != 1:
+        raise SettingError(
+            "--processes",
+            "applies only to a local generation: with --slurm each array task is one process on its "
+            "--cpus-per-task CPUs (ask for more tasks with --tasks)",
+        )
     if slurm is None:
         # On this machine's cores (with --slurm, the threads run on the cluster's nodes).
         check_cores("--threads", args.threads)
@@ -92,9 +98,8 @@ _RECIPE_OPTIONS = {
 def generate_arguments(p: argparse.ArgumentParser) -> None:
     from flowlearn.fractures.recipes import RECIPES
     from flowlearn.reference.generate import MAX_COUNT, DatasetConfig
-    from flowlearn.reference.lbm import MAX_DENSITY_DROP, LBMSettings
 
-    d, s = DatasetConfig(), LBMSettings()
+    d = DatasetConfig()
     p.add_argument("output", type=path_text, help="HDF5 file to write (flowlearn layout)")
     g = p.add_argument_group("fractures")
     g.add_argument("--count", type=int, default=d.count, help=f"number of fractures, at most {MAX_COUNT}")
@@ -147,6 +152,20 @@ def generate_arguments(p: argparse.ArgumentParser) -> None:
         help="worker processes, each with its share of the cores: at most the cores (more than the fractures to "
         "make are not started)",
     )
+    lbm_arguments(
+        p,
+        threads="OpenMP threads of each process, at most the cores (default: the cores shared among the processes)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    slurm_arguments(p)
+
+
+def lbm_arguments(p: argparse.ArgumentParser, threads: str) -> None:
+    """The LBM's options (:class:`~flowlearn.reference.lbm.LBMSettings`, less ``magic``), shared by the commands that
+    run it; ``threads`` is the help of ``--threads``, which says how the command shares the cores."""
+    from flowlearn.reference.lbm import MAX_DENSITY_DROP, LBMSettings
+
+    s = LBMSettings()
     g = p.add_argument_group("LBM")
     g.add_argument("--omega", type=float, default=s.omega, help="TRT symmetric relaxation rate")
     g.add_argument(
@@ -161,29 +180,27 @@ def generate_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--max-steps", type=int, default=s.max_steps, help="fail when not steady by then (raise it if so)"
     )
-    g.add_argument("--target", choices=("auto", "cpu", "gpu"), default=s.target, help="where lbmpy runs")
     g.add_argument(
-        "--threads",
-        type=int,
-        default=s.threads,
-        help="OpenMP threads of each process, at most the cores (default: the cores shared among the processes)",
+        "--target",
+        choices=("auto", "cpu", "gpu"),
+        default=s.target,
+        help="where lbmpy runs: cpu, gpu (a CUDA device, with cupy), or auto (the GPU where cupy sees one)",
     )
+    g.add_argument("--threads", type=int, default=s.threads, help=threads)
     g.add_argument(
         "--reservoir", type=int, default=s.reservoir, help="open columns before/after the fracture"
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    slurm_arguments(p)
 
 
 def slurm_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``flowlearn generate --slurm``. Their defaults are None (the help states SlurmSettings'), so
-    that one given without --slurm can be refused."""
+    """The options of ``--slurm`` (``flowlearn generate``, ``flowlearn reference``). Their defaults are None (the help
+    states SlurmSettings'), so that one given without --slurm can be refused."""
     from flowlearn.reference.cluster import MAX_DEFAULT_TASKS, SlurmSettings
 
     d = SlurmSettings()
     g = p.add_argument_group(
         "SLURM",
-        "with --slurm, the fractures are made by a job array; the command waits for it and merges the parts",
+        "with --slurm, the fractures are computed by a job array; the command waits for it and merges the parts",
     )
     g.add_argument("--slurm", action="store_true", help="submit the missing fractures as a SLURM job array")
     g.add_argument(
@@ -235,12 +252,12 @@ _SLURM_OPTIONS = (
 )  # fmt: skip
 
 
-def _slurm_settings(args: argparse.Namespace) -> object | None:
-    """The :class:`~flowlearn.reference.cluster.SlurmSettings` of ``flowlearn generate --slurm``; None without --slurm.
+def slurm_settings(args: argparse.Namespace) -> object | None:
+    """The :class:`~flowlearn.reference.cluster.SlurmSettings` of a command's ``--slurm`` (:func:`slurm_arguments`);
+    None without --slurm.
 
     Raises:
-        SettingError: naming the option: one out of its range, a SLURM option without --slurm, or --processes
-            with --slurm.
+        SettingError: naming the option: one out of its range, or a SLURM option without --slurm.
     """
     given = [
         name
@@ -251,12 +268,6 @@ def _slurm_settings(args: argparse.Namespace) -> object | None:
         for name in given:
             raise SettingError(f"--{name.replace('_', '-')}", "applies only with --slurm")
         return None
-    if args.processes != 1:
-        raise SettingError(
-            "--processes",
-            "applies only to a local generation: with --slurm each array task is one process on its "
-            "--cpus-per-task CPUs (ask for more tasks with --tasks)",
-        )
     from flowlearn.reference.cluster import SlurmSettings
 
     fields = {name: getattr(args, name) for name in given if name not in ("slurm_setup", "no_wait")}

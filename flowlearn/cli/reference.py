@@ -1,12 +1,15 @@
-"""``flowlearn refine``, ``smooth-walls`` and ``stokes``: how far a fracture's reference lies from the converged
-flow (:mod:`flowlearn.reference.refinement`, :mod:`flowlearn.reference.reference_error`,
+"""``flowlearn reference``: the LBM reference of a file's fractures (:mod:`flowlearn.reference.references`);
+``flowlearn refine``, ``smooth-walls`` and ``stokes``: how far a fracture's reference lies from the converged flow
+(:mod:`flowlearn.reference.refinement`, :mod:`flowlearn.reference.reference_error`,
 :mod:`flowlearn.reference.stokes`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flowlearn.checks import (
     check_cores,
@@ -19,10 +22,80 @@ from flowlearn.cli.arguments import (
     voxel_range,
     voxel_size,
 )
+from flowlearn.cli.generate import lbm_arguments, slurm_arguments, slurm_settings
 from flowlearn.cli.outputs import check_new_output
 from flowlearn.errors import (
+    ReferenceConvergenceError,
     SettingError,
 )
+
+if TYPE_CHECKING:
+    from flowlearn.data.schema import Fracture
+
+
+def run_reference(args: argparse.Namespace) -> int:
+    from flowlearn.data.files import check_writable
+    from flowlearn.reference.lbm import LBMSettings
+    from flowlearn.reference.references import reference_file, walled
+
+    try:
+        settings = from_options(LBMSettings, args)
+    except SettingError as err:
+        raise SettingError(f"--{err.field.replace('_', '-')}", err.problem) from err
+    slurm = slurm_settings(args)
+    if slurm is None:
+        check_cores("--threads", args.threads)  # this machine's cores; with --slurm, the nodes'
+    check_new_output(args.output, "fractures", [args.data], "the input DATA")
+    check_writable(args.output)
+    if slurm is not None:
+        from flowlearn.reference.cluster import References, run_array
+
+        job = References(args.data, args.output, settings)
+        print(json.dumps(run_array(job, slurm, wait=not args.no_wait, progress=not args.quiet), indent=2))
+        return 0
+    rows: list[str] = []
+
+    def report(fracture: Fracture, seconds: float) -> None:
+        if not rows:  # the header once a fracture is done: after every check, not before an error
+            print(f"{'fracture':<16} {'gap':<6} {'voxel box':>14} {'steps':>7} {'seconds':>8} {'Q/Q_LCL':>8}")
+        rows.append(fracture.name)
+        box = "x".join(map(str, fracture.provenance["voxel_box"]))
+        steps = fracture.provenance["lbm"]["convergence"]["steps"]
+        ratio = fracture.provenance["departure"]["ratio"]
+        gap = "walls" if walled(fracture) else "flat"
+        print(f"{fracture.name:<16} {gap:<6} {box:>14} {steps:>7} {seconds:>8.1f} {ratio:>8.3f}", flush=True)
+
+    try:
+        done = reference_file(args.data, args.output, settings, progress=not args.quiet, report=report)
+    except ReferenceConvergenceError as err:
+        raise ReferenceConvergenceError(
+            f"{err}: raise --max-steps (now {args.max_steps}), or --tolerance (now {args.tolerance:g}); the "
+            "finished fractures are kept, and the same command continues"
+        ) from err
+    print(
+        f"wrote the LBM references of {done.computed + done.kept} fracture(s) to {args.output} ({done.computed} "
+        f"computed now, {done.kept} kept from an earlier run)"
+    )
+    return 0
+
+
+def reference_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "data",
+        type=path_text,
+        help="HDF5 fracture file, either layout, whose fractures know their voxel size (flowlearn import)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        type=path_text,
+        required=True,
+        help="HDF5 file to write (flowlearn layout): new, the output of an earlier run to continue, or a fracture "
+        "file to replace (not DATA)",
+    )
+    lbm_arguments(p, threads="OpenMP threads of the LBM, at most the cores (default: every core)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    slurm_arguments(p)
 
 
 def run_refine(args: argparse.Namespace) -> int:

@@ -5,6 +5,8 @@
 * :mod:`~flowlearn.reference.lbm`: the LBM driver (needs the ``[lbm]`` extra);
 * :mod:`~flowlearn.reference.stokes`: the wall-fitted Stokes solve (OpenFOAM);
 * :mod:`~flowlearn.reference.generate`, :mod:`~flowlearn.reference.cluster`: ``flowlearn generate``, as a job array;
+* :mod:`~flowlearn.reference.references`: ``flowlearn reference``, the reference of a file's fractures (an imported
+  scan's), here or as a job array;
 * :mod:`~flowlearn.reference.convergence`, :mod:`~flowlearn.reference.refinement`,
   :mod:`~flowlearn.reference.reference_error`: how far a reference lies from the converged flow;
 * :mod:`~flowlearn.reference.conservation`, :mod:`~flowlearn.reference.departure`: what a reference says of local

@@ -1,10 +1,15 @@
-"""A generation's fractures as one SLURM job array: ``flowlearn generate OUT.h5 --slurm``.
+"""A generation's fractures as one SLURM job array: ``flowlearn generate OUT.h5 --slurm``; and, the same way, the
+references of a file's fractures: ``flowlearn reference IN.h5 -o OUT.h5 --slurm``.
 
-The steps are those of a local generation (:mod:`flowlearn.reference.generate`): :func:`~flowlearn.reference.generate.prepare_parts`
-finds the fractures still to make, each array task makes its share with :func:`~flowlearn.reference.generate.make_parts`
-(so each finished fracture is its own part file in ``OUT.h5.parts/``, written atomically), and the submitting command
-waits for the array, with a progress bar counting finished parts, then writes OUT.h5 with
-:func:`~flowlearn.reference.generate.merge_parts`.
+The steps are those of a local generation (:mod:`flowlearn.reference.generate`), for any :class:`ArrayJob`: the job
+finds the fractures still to make (for a generation, :func:`~flowlearn.reference.generate.prepare_parts`), each
+array task makes its share (:func:`~flowlearn.reference.generate.make_parts`), so that each finished fracture is its
+own part file in ``OUT.h5.parts/``, written atomically, and the submitting command waits for the array, with a
+progress bar counting finished parts, then writes OUT.h5 from them
+(:func:`~flowlearn.reference.generate.merge_parts`). :func:`run_array` runs a job; :class:`Generation` is a
+generation's, :class:`References` the references' (whose tasks run
+:func:`~flowlearn.reference.references.reference_fracture`, and whose merge keeps the fractures of an earlier output
+as :func:`~flowlearn.reference.references.reference_file` does).
 
 A task that is killed, preempted or runs out of time loses at most the fracture it was making:
 
@@ -35,14 +40,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import submitit
 from submitit.core.utils import JobPaths, pickle_load
 from tqdm.auto import tqdm
 
-from flowlearn.checks import check_setting, is_integer, is_number
-from flowlearn.data.files import atomic_path
-from flowlearn.errors import UnavailableError
+from flowlearn.checks import check_not_input, check_setting, is_integer, is_number
+from flowlearn.data.files import atomic_path, list_fractures, read_fractures, write_fractures
+from flowlearn.errors import ProblemError, UnavailableError
 from flowlearn.reference.generate import (
     DatasetConfig,
     fracture_name,
@@ -53,6 +59,8 @@ from flowlearn.reference.generate import (
     prepare_parts,
     summarize_generation,
 )
+from flowlearn.reference.lbm import LBMSettings
+from flowlearn.reference.references import checked_fractures, done_before, file_attributes, reference_fracture
 
 # What submitting, watching and cancelling an array takes.
 CLIENTS = ("sbatch", "srun", "squeue", "scontrol")
@@ -190,6 +198,151 @@ class GenerationTask(submitit.helpers.Checkpointable):
         return todo
 
 
+class ArrayJob(Protocol):
+    """What a job array makes: fractures by index, each written by a task as its part file
+    (:func:`~flowlearn.reference.generate.part_path` of the parts folder of ``path``), then merged into ``path``.
+
+    Attributes:
+        name: the array's SLURM job name.
+        path: the file the job writes.
+        count: the fractures in all (no more tasks are submitted than there are).
+    """
+
+    name: str
+    path: str
+
+    @property
+    def count(self) -> int: ...
+
+    def prepare(self) -> list[int]:
+        """Check the inputs and make the parts folder, with what a continuation must match; the indices of the
+        fractures still to make."""
+
+    def task(self, indices: list[int], threads: int) -> submitit.helpers.Checkpointable:
+        """The array task that makes the fractures ``indices`` missing from the parts folder, on ``threads`` cores
+        (its CPUs), unless the job's settings fix its threads."""
+
+    def merge(self, computed: int, seconds: float) -> dict:
+        """Write ``path`` from the parts and remove the folder; the summary printed. ``computed``: the fractures
+        missing when the command started; ``seconds``: its time so far.
+
+        Raises:
+            ProblemError: naming the fractures that have no part yet.
+        """
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The :class:`ArrayJob` of ``flowlearn generate --slurm``: the fractures of ``config`` into ``path``."""
+
+    config: DatasetConfig
+    path: str
+    name: str = "flowlearn-generate"
+
+    @property
+    def count(self) -> int:
+        return self.config.count
+
+    def prepare(self) -> list[int]:
+        return prepare_parts(self.config, self.path)
+
+    def task(self, indices: list[int], threads: int) -> GenerationTask:
+        return GenerationTask(self.config, os.fspath(Path(self.path).absolute()), indices, threads)
+
+    def merge(self, computed: int, seconds: float) -> dict:
+        fractures = merge_parts(self.config, self.path)
+        return summarize_generation(self.path, fractures, computed, seconds)
+
+
+class ReferenceTask(submitit.helpers.Checkpointable):
+    """One array task of :class:`References`: the references of the fractures ``indices`` (in ``source``'s order)
+    that have no part yet, each written as its part as soon as it is done (checkpointable as
+    :class:`GenerationTask` is). Returns the indices it computed in its last run."""
+
+    def __init__(self, source: str, path: str, indices: list[int], settings: LBMSettings) -> None:
+        self.source = source
+        self.path = path
+        self.indices = list(indices)
+        self.settings = settings
+
+    def __call__(self) -> list[int]:
+        parts = parts_folder(self.path)
+        todo = [i for i in self.indices if not part_path(parts, i).exists()]
+        print(f"computing {len(todo)} of this task's {len(self.indices)} references", flush=True)
+        fractures = read_fractures(self.source)
+        for index in todo:
+            referenced = reference_fracture(fractures[index], self.settings, progress=False)
+            write_fractures(part_path(parts, index), [referenced])
+        return todo
+
+
+@dataclass(frozen=True)
+class References:
+    """The :class:`ArrayJob` of ``flowlearn reference --slurm``: the references of the fractures of ``source`` into
+    ``path``, with ``settings``. A fracture of an earlier ``path`` computed from the same geometry and settings is
+    kept, not submitted, as :func:`~flowlearn.reference.references.reference_file` keeps it; a part of another
+    geometry or settings (a changed input) is removed and computed again."""
+
+    source: str
+    path: str
+    settings: LBMSettings
+    name: str = "flowlearn-reference"
+
+    @property
+    def count(self) -> int:
+        return len(list_fractures(self.source))
+
+    def prepare(self) -> list[int]:
+        check_not_input(self.path, [self.source], "the input", "output")
+        fractures = checked_fractures(self.source, self.settings)
+        kept = done_before(self.path, fractures, self.settings)
+        parts = parts_folder(self.path)
+        parts.mkdir(parents=True, exist_ok=True)
+        todo = []
+        for index, fracture in enumerate(fractures):
+            part = part_path(parts, index)
+            if part.exists() and not done_before(part, [fracture], self.settings):
+                part.unlink()
+            if fracture.name not in kept and not part.exists():
+                todo.append(index)
+        return todo
+
+    def task(self, indices: list[int], threads: int) -> ReferenceTask:
+        # The machine's core count is the node's, not this task's share of it.
+        settings = replace(self.settings, threads=self.settings.threads or threads)
+        absolute = os.fspath(Path(self.path).absolute())
+        return ReferenceTask(os.fspath(Path(self.source).absolute()), absolute, indices, settings)
+
+    def merge(self, computed: int, seconds: float) -> dict:
+        fractures = read_fractures(self.source)
+        kept = done_before(self.path, fractures, self.settings)
+        parts = parts_folder(self.path)
+        done, missing = [], []
+        for index, fracture in enumerate(fractures):
+            part = part_path(parts, index)
+            if fracture.name in kept:
+                done.append(kept[fracture.name])
+            elif part.exists():
+                done += read_fractures(part)
+            else:
+                missing.append(fracture.name)
+        if missing:
+            raise ProblemError(
+                f"{parts}: the references of {len(missing)} of {len(fractures)} fractures are not finished "
+                f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); rerun the same command to "
+                "compute them"
+            )
+        write_fractures(self.path, done, attrs=file_attributes(self.source, self.settings))
+        shutil.rmtree(parts)
+        return {
+            "path": self.path,
+            "fractures": len(fractures),
+            "computed_now": computed,
+            "kept": len(kept),
+            "seconds": seconds,
+        }
+
+
 @dataclass(frozen=True)
 class ArrayRecord:
     """A submitted array, as ``array.json`` keeps it: the SLURM job id of each task and the fractures it makes.
@@ -260,12 +413,12 @@ def check_cluster(option: str = "--slurm") -> None:
     )
 
 
-def check_submission(settings: SlurmSettings, tasks: int) -> None:
-    """Refuse (:class:`~flowlearn.errors.UnavailableError`, one line) an array of ``tasks`` tasks that the cluster would
-    not accept, asking it with ``sbatch --test-only``: an unknown partition or account, a time limit, CPUs or memory
-    beyond what its nodes or partition allow."""
+def check_submission(settings: SlurmSettings, tasks: int, name: str) -> None:
+    """Refuse (:class:`~flowlearn.errors.UnavailableError`, one line) an array of ``tasks`` tasks named ``name`` that the
+    cluster would not accept, asking it with ``sbatch --test-only``: an unknown partition or account, a time limit,
+    CPUs or memory beyond what its nodes or partition allow."""
     options = settings.sbatch_options(tasks)
-    command = ["sbatch", "--test-only", "--job-name=flowlearn-generate", *options, "--wrap=true"]
+    command = ["sbatch", "--test-only", f"--job-name={name}", *options, "--wrap=true"]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -288,8 +441,16 @@ def generate_on_slurm(
     """Generate ``config`` into ``path`` as a SLURM job array (see the module's description).
 
     Returns :func:`~flowlearn.reference.generate.summarize_generation`'s summary (``computed_now``: the fractures missing
-    when this call started); with ``wait=False``, once the array is submitted (or found running), what it makes:
-    ``{"path", "array", "tasks", "fractures_to_make", "logs"}``.
+    when this call started); with ``wait=False``, what :func:`run_array` returns.
+    """
+    return run_array(Generation(config, os.fspath(path)), settings, wait, progress)
+
+
+def run_array(job: ArrayJob, settings: SlurmSettings, wait: bool = True, progress: bool = True) -> dict:
+    """Make the fractures of ``job`` as a SLURM job array and merge them (see the module's description).
+
+    Returns the job's merge summary; with ``wait=False``, once the array is submitted (or found running), what it
+    makes: ``{"path", "array", "tasks", "fractures_to_make", "logs"}``.
 
     Raises:
         UnavailableError: the cluster cannot take the array (see :func:`check_cluster`, :func:`check_submission`);
@@ -299,12 +460,12 @@ def generate_on_slurm(
     """
     start = time.perf_counter()
     check_cluster()
-    parts = parts_folder(path)
+    parts = parts_folder(job.path)
     folder = parts.absolute() / "slurm"  # absolute: the tasks and a rerun may start elsewhere
     record = ArrayRecord.read(folder / ARRAY_RECORD)
     if record is not None and _running(record):
         # A rerun while the array still runs: wait for it, not submit its fractures again.
-        todo = prepare_parts(config, path)
+        todo = job.prepare()
         _say(
             progress,
             f"waiting for the job array {record.array_id} submitted before ({len(record.jobs)} tasks)",
@@ -312,10 +473,10 @@ def generate_on_slurm(
     else:
         record = None
         # Nothing is written before the cluster accepts the array (at most one task per fracture).
-        check_submission(settings, settings.task_count(config.count))
-        todo = prepare_parts(config, path)
+        check_submission(settings, settings.task_count(job.count), job.name)
+        todo = job.prepare()
         if todo:
-            record = _submit(config, path, todo, settings, folder)
+            record = _submit(job, todo, settings, folder)
             _say(
                 progress,
                 f"submitted the job array {record.array_id}: {len(record.jobs)} tasks for {len(todo)} fractures; "
@@ -323,7 +484,7 @@ def generate_on_slurm(
             )
     if record is not None and not wait:
         return {
-            "path": os.fspath(path),
+            "path": job.path,
             "array": record.array_id,
             "tasks": len(record.jobs),
             "fractures_to_make": len(todo),
@@ -341,19 +502,16 @@ def generate_on_slurm(
             raise
         for line in failures:
             print(line, file=sys.stderr)
-    fractures = merge_parts(config, path)
-    return summarize_generation(path, fractures, len(todo), time.perf_counter() - start)
+    return job.merge(len(todo), time.perf_counter() - start)
 
 
-def _submit(
-    config: DatasetConfig, path: str | os.PathLike, todo: list[int], settings: SlurmSettings, folder: Path
-) -> ArrayRecord:
-    """Submit the fractures ``todo`` as one array (tasks take every n-th fracture) and record it."""
+def _submit(job: ArrayJob, todo: list[int], settings: SlurmSettings, folder: Path) -> ArrayRecord:
+    """Submit the fractures ``todo`` of ``job`` as one array (tasks take every n-th fracture) and record it."""
     tasks = settings.task_count(len(todo))
     shares = [todo[t::tasks] for t in range(tasks)]
     executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=REQUEUES)
     executor.update_parameters(
-        name="flowlearn-generate",
+        name=job.name,
         timeout_min=settings.timeout_min,
         cpus_per_task=settings.cpus_per_task,
         tasks_per_node=1,
@@ -364,8 +522,7 @@ def _submit(
         slurm_signal_delay_s=min(settings.signal_delay_s, settings.timeout_min * 30),
         slurm_setup=list(settings.setup),
     )
-    absolute = os.fspath(Path(path).absolute())
-    calls = [GenerationTask(config, absolute, share, settings.cpus_per_task) for share in shares]
+    calls = [job.task(share, settings.cpus_per_task) for share in shares]
     try:
         jobs = executor.submit_array(calls)
     except Exception as error:  # sbatch's own refusal, after --test-only accepted the array

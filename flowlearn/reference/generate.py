@@ -176,29 +176,47 @@ def generate_fracture(
 ) -> Fracture:
     """One rough fracture with its LBM pressure and flow rate, as a :class:`Fracture` with full provenance.
 
-    The stored aperture is the voxelised one (fluid voxels per column times ``voxel_size``, metres), so the
-    Darcy model sees exactly the gap the LBM saw; the mask marks cells that no 4-connected path joins to the
-    inlet or outlet column. The provenance records the geometry's statistics and the flow rate of the local
-    cubic law on the same map (``departure``).
+    The walls are voxelised (:func:`~flowlearn.reference.voxels.voxelize`) and stored as :func:`lbm_fracture`
+    stores a reference; the provenance also records the walls' draws (``roughness``) and the geometry's statistics.
     """
-    fluid = voxelize(walls.bottom, walls.top)
-    result = simulate(fluid, settings, progress=progress)
-    fracture = Fracture(
+    drawn = Fracture(
         name=name,
-        **result.fracture_fields(voxel_size),
+        aperture=walls.aperture * voxel_size,
+        pressure=None,
+        voxel_size=voxel_size,
         bottom=walls.bottom * voxel_size,
         top=walls.top * voxel_size,
+        provenance={
+            "generator": "flowlearn.reference.generate",
+            "roughness": walls.params.to_dict(),
+            "geometry": geometry_stats(walls.bottom, walls.top).to_dict(),
+        },
     )
-    q_lcl = lcl_flow_rate(fracture)
+    return lbm_fracture(drawn, voxelize(walls.bottom, walls.top), settings, progress)
+
+
+def lbm_fracture(
+    fracture: Fracture, fluid: np.ndarray, settings: LBMSettings, progress: bool = True
+) -> Fracture:
+    """``fracture`` with the LBM reference of its fluid voxels ``fluid`` (bool (H, W, D), cubic voxels of its
+    ``voxel_size``), as every reference of a dataset is stored.
+
+    The stored aperture is the voxelised one (fluid voxels per column times ``voxel_size``, metres), so the
+    Darcy model sees exactly the gap the LBM saw; the pressure is normalised to inlet 2 and outlet 1 along x; the
+    mask marks cells that no 4-connected path joins to the inlet or outlet column; the flow rate is in m³ (per unit
+    of head over viscosity). Name, walls and provenance are kept; the provenance adds the box's shape
+    (``voxel_box``), the flow rate of the local cubic law on the same map (``departure``) and the run (``lbm``).
+    """
+    result = simulate(fluid, settings, progress=progress)
+    referenced = replace(fracture, **result.fracture_fields(fracture.voxel_size))
+    q_lcl = lcl_flow_rate(referenced)
     provenance = {
-        "generator": "flowlearn.reference.generate",
-        "roughness": walls.params.to_dict(),
-        "geometry": geometry_stats(walls.bottom, walls.top).to_dict(),
+        **fracture.provenance,
         "voxel_box": list(fluid.shape),
-        "departure": {"flow_rate_lcl": q_lcl, "ratio": fracture.flow_rate / q_lcl},
+        "departure": {"flow_rate_lcl": q_lcl, "ratio": referenced.flow_rate / q_lcl},
         **result.provenance(settings),
     }
-    return replace(fracture, provenance=provenance)
+    return replace(referenced, provenance=provenance)
 
 
 def _make(config: DatasetConfig, index: int, lbm: LBMSettings) -> Fracture:
