@@ -1,5 +1,7 @@
 """Departure from the local cubic law: Q_LCL of a Darcy solve, the summary and the `flowlearn departure` command."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -65,8 +67,26 @@ def test_departure_command_prints_the_spread_and_draws_the_figure(tmp_path, caps
     # name, σ/⟨b⟩, contact, b_h/⟨b⟩ = 0.6^(1/3), Q/Q_LCL, slope (no walls), convergence (not recorded)
     assert "a                  0.000    0.000    0.843    0.600    nan       -" in out
     assert "median 40.0%" in out and "100% of the fractures depart" in out
-    assert "b_h/⟨b⟩                median 0.843" in out and "published 0.3-0.9" in out
+    # The table against rock joints: a uniform gap has b_h = ⟨b⟩ under the LCL, 0.6^(1/3) of it under its reference.
+    assert "against rock joints, 1 fractures:" in out
+    assert re.search(r"\nb_h/⟨b⟩, LCL of the map +1\.000 .* median <= 0\.9 +NO ", out)
+    assert re.search(r"\nb_h/⟨b⟩, reference flow rate +0\.843 .* median <= 0\.9 +yes ", out)
+    assert "mid-surface slope" not in out  # no walls: not measured, not listed
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_against_rock_joints_leaves_out_the_exact_cases(tmp_path, capsys):
+    plates = uniform_gap("plates", 2e-5, ratio=0.99)
+    plates.provenance["roughness"] = {"kind": "parallel"}
+    rough = uniform_gap("rough", 2e-5, ratio=0.7)
+    rough.aperture[2:4, 3] = 0.0  # two contact pixels of 49
+    rough.provenance["roughness"] = {"kind": "rough"}
+    path = tmp_path / "d.h5"
+    write_fractures(path, [plates, rough])
+    assert main(["departure", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "against rock joints, 1 fractures (left out: 1 exact case(s), plates or flat mid-surfaces):" in out
+    assert re.search(r"\ncontact area +0\.041 ", out)
 
 
 def test_departure_command_on_a_file_without_flow_rates_is_one_line(tmp_path, capsys):

@@ -800,6 +800,24 @@ GENERATE_ROWS = [
     ),
     (["--wavelength-ratio", "3"], "--wavelength-ratio must stay below mismatch_ratio (2-4)"),
     (["--special-every", "3"], "--special-every must be 0 (no exact cases) or an integer > 5"),
+    # The rock recipe's maps are windows of larger walls: extent times the map, 1 (no window) and beyond memory refused.
+    (
+        ["--recipe", "rock", "--extent", "1"],
+        "--extent must be an integer in [2, 16]: the map is a window of walls",
+    ),
+    (["--recipe", "rock", "--extent", "17"], "--extent must be an integer in [2, 16]"),
+    (["--extent", "4"], "--extent is not a setting of --recipe published"),
+    (
+        ["--recipe", "rock", "--extent", "2"],
+        "--shape is too small for mismatch_ratio up to 40 mean apertures of 8 pixels: the mismatch length must fit "
+        "twice in the larger walls' longest side (2 times the map's), which needs >= 320 pixels (or lower "
+        "mismatch_ratio, or raise extent)",
+    ),
+    # Fourier refinement of a window that is not periodic rings at its ends (by up to a mean aperture).
+    (
+        ["--recipe", "rock", "--refine-every", "4"],
+        "--refine-every must be 0 with the rock recipe: its maps are windows",
+    ),
     (["--special-every", "0.5"], "argument --special-every: invalid int value: '0.5'"),
     # A map too small for the roughness asked for names the map first, and what it needs.
     (["--shape", "48", "48"], "--shape is too small for mismatch_ratio up to 4 mean apertures of 8 pixels"),

@@ -97,6 +97,19 @@ def test_departure_on_a_wall_slope_that_is_a_record(tmp_path, capsys):
     )
 
 
+def test_departure_on_a_roughness_record_that_is_text(tmp_path, capsys):
+    """departure reads roughness.kind to leave a recipe's exact cases out of its table against rock joints."""
+    path = tmp_path / "data.h5"
+    write_fractures(path, [_gap("f0", {"roughness": "published"})])
+    status, err = _flowlearn(capsys, "departure", str(path))
+    _one_line(
+        status,
+        err,
+        "departure",
+        f"{path}: group 'f0': provenance roughness is 'published'; expected an object",
+    )
+
+
 def test_departure_on_a_map_with_flow_along_y(tmp_path, capsys):
     """Row 14: a valid file whose map flows along y was a traceback from the LCL solve."""
     path = tmp_path / "data.h5"

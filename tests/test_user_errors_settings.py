@@ -15,8 +15,9 @@ from test_user_errors import _flowlearn, _fracture, _one_line
 
 from flowlearn.data.files import write_fractures
 from flowlearn.errors import ProblemError, SettingError
+from flowlearn.fractures.closure import ClosureParams
 from flowlearn.fractures.roughness import RoughnessParams, rough_fracture
-from flowlearn.reference import lbm
+from flowlearn.reference import lbm, recipe_statistics
 from flowlearn.reference.generate import DatasetConfig
 from flowlearn.reference.lbm import LBMSettings, simulate
 from flowlearn.reference.stokes import StokesSettings, check_box, check_walls
@@ -90,6 +91,38 @@ def test_wall_heights_beyond_the_map_are_refused(field, value):
     with pytest.raises(SettingError) as error:
         RoughnessParams((32, 32), 0.8, mismatch_length=16.0, seed=0, **settings)
     assert str(error.value) == (f"{field} must be in [0, 32] pixels (the map's longest side), got {value!r}")
+
+
+@pytest.mark.parametrize("extent", [0, 17, 2.5])
+def test_larger_walls_beyond_their_range_are_refused(extent):
+    # The map as a window of walls extent times its size: 1 (its own walls) to 16 (256 times its memory).
+    with pytest.raises(SettingError) as error:
+        ClosureParams((16, 16), 4.0, 0.8, 0.4, 0.1, 32.0, 4.0, 0.1, seed=0, extent=extent)
+    assert str(error.value) == (
+        f"extent must be an integer in [1, 16] (the larger walls take extent² times the map's memory), got {extent!r}"
+    )
+    # The mismatch length may exceed the map, up to the larger walls' longest side.
+    with pytest.raises(
+        SettingError, match=r"at most the larger walls' longest side \(32 pixels\), got 40.0$"
+    ):
+        ClosureParams((16, 16), 4.0, 0.8, 0.4, 0.1, 40.0, 4.0, 0.1, seed=0, extent=2)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--count", "0"], "count must be an integer in [1, 1000000], got 0"),
+        (
+            ["--shape", "16", "16"],
+            "shape is too small for mismatch_ratio up to 40 mean apertures of 6 pixels",
+        ),
+        (["--recipe", "marble"], "argument --recipe: invalid choice: 'marble'"),
+    ],
+)
+def test_recipe_statistics_refuses_settings_before_any_fracture(capsys, options, message):
+    with pytest.raises(SystemExit) as exit_:
+        recipe_statistics.main(options)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_wall_heights_up_to_the_longest_side_make_walls():

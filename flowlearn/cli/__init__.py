@@ -137,7 +137,8 @@ COMMANDS = (
         "how far each fracture's flow rate departs from the local cubic law",
         "For every fracture of DATA that stores its reference flow rate Q, solve the Darcy problem with the local "
         "cubic law T = Ap³/12 on its aperture map and compare: Q/Q_LCL, its spread over the file, and the "
-        "geometry that goes with it.",
+        "geometry that goes with it; then a table of the file's statistics against the ranges of rock joints "
+        "(σ/⟨b⟩, contact area, b_h/⟨b⟩, mid-surface and wall slopes), a recipe's exact cases left out.",
         departure_arguments,
         run_departure,
     ),

@@ -92,6 +92,7 @@ _RECIPE_OPTIONS = {
     "mismatch_length": "the walls match above this wavelength (voxels)",
     "wavelength_ratio": "shortest roughness wavelength over the mean aperture",
     "shear": "shift of the top wall along the flow (voxels)",
+    "extent": "the walls are drawn this many times the map along each axis; the map is a window of them",
 }
 
 
@@ -111,8 +112,9 @@ def generate_arguments(p: argparse.ArgumentParser) -> None:
         "--recipe",
         choices=sorted(RECIPES),
         default=d.recipe.name,
-        help="what the fractures draw: published (walls in contact, published ranges) or winding (sheared, "
-        "winding walls: the recipe of earlier datasets)",
+        help="what the fractures draw: published (walls in contact, published ranges), rock (the same as windows "
+        "of larger walls, with the slopes of rock joints; best at --mean-aperture 6 on 64x64 maps) or winding "
+        "(sheared, winding walls: the recipe of earlier datasets)",
     )
     g = p.add_argument_group("recipe settings (default: the recipe's own; see docs/data.md)")
     for name, text in _RECIPE_OPTIONS.items():

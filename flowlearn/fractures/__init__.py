@@ -5,5 +5,6 @@ inclination and the dimensionless statistics of a map. Arrays in, arrays out: no
 * :mod:`~flowlearn.fractures.closure`: walls pressed into contact (closure, contact spots);
 * :mod:`~flowlearn.fractures.recipes`: the named recipes ``flowlearn generate`` draws fractures from;
 * :mod:`~flowlearn.fractures.inclination`: the inclination tensor of the mid-surface and the aperture slope;
-* :mod:`~flowlearn.fractures.statistics`: a map's dimensionless statistics and their training ranges.
+* :mod:`~flowlearn.fractures.statistics`: a map's dimensionless statistics and their training ranges, and the
+  statistics rock joints are held against.
 """

@@ -10,6 +10,13 @@ stated), from ``numpy.random.default_rng([seed, i])``, and synthesises its walls
     law must get right (parallel plates, plates tilted along and across the flow, two rough gaps with a flat
     mid-surface). Synthesis: :mod:`flowlearn.fractures.closure`.
 
+``rock``
+    The ``published`` construction with the slopes of rock: each map is a window of walls ``extent`` times its size
+    (:mod:`flowlearn.fractures.closure`, "Windows of larger walls"), so that the aperture spreads over tens of mean
+    apertures (mismatch lengths of 16-40) and the walls slope by about 0.2-1 at the scale of the mean aperture
+    (median 0.4), as rock joints' do; the same exact cases. Its rough fractures meet the ranges of
+    :data:`flowlearn.fractures.statistics.JOINT_RANGES` (data/README.md gives the measurement).
+
 ``winding``
     Two self-affine walls of given rms height, matched above a mismatch length, with the top wall sheared along the
     flow: steep, winding gaps with few contacts (:mod:`flowlearn.fractures.roughness`). The recipe of datasets made before
@@ -28,7 +35,7 @@ from typing import ClassVar
 import numpy as np
 
 from flowlearn.checks import check_setting, is_integer, is_number
-from flowlearn.fractures.closure import ClosureParams, closed_fracture
+from flowlearn.fractures.closure import MAX_EXTENT, ClosureParams, closed_fracture
 from flowlearn.fractures.roughness import RoughFracture, RoughnessParams, rough_fracture
 
 Range = float | tuple[float, float]
@@ -98,6 +105,12 @@ class Recipe(ABC):
         """What fracture ``index`` is: one of :data:`flowlearn.fractures.closure.KINDS` (all rough, unless a recipe makes
         exact cases too)."""
         return "rough"
+
+    @property
+    def periodic(self) -> bool:
+        """Whether the maps' walls are periodic, so that Fourier interpolation of a map's walls refines them exactly
+        (what ``flowlearn generate --refine-every`` does); not where they are windows of larger walls."""
+        return True
 
     def walls(self, shape: tuple[int, int], mean_aperture: float, seed: int, index: int) -> RoughFracture:
         """The walls of fracture ``index`` (pixels)."""
@@ -184,15 +197,32 @@ class Published(Recipe):
     def params(
         self, shape: tuple[int, int], mean_aperture: float, seed: int, index: int, drawn: dict[str, float]
     ) -> ClosureParams:
+        return self._closure(shape, mean_aperture, seed, index, drawn, extent=1)
+
+    def _closure(
+        self,
+        shape: tuple[int, int],
+        mean_aperture: float,
+        seed: int,
+        index: int,
+        drawn: dict[str, float],
+        extent: int,
+    ) -> ClosureParams:
+        """The :class:`ClosureParams` of fracture ``index``, its map a window of walls ``extent`` times its size (1:
+        its own periodic walls)."""
         kind = self.kind(index)
-        longest = max(shape)
+        longest = extent * max(shape)
         mismatch = drawn["mismatch_ratio"] * mean_aperture
+        where, needed = ("the longest side", 2 * as_range(self.mismatch_ratio)[1] * mean_aperture)
+        if extent > 1:
+            where = f"the larger walls' longest side ({extent} times the map's)"
+            needed /= extent
         check_setting(
             2 * mismatch <= longest,
             "shape",
             f"is too small for mismatch_ratio up to {as_range(self.mismatch_ratio)[1]:g} mean apertures of "
-            f"{mean_aperture:g} pixels: the mismatch length must fit twice in the longest side, which needs "
-            f">= {math.ceil(2 * as_range(self.mismatch_ratio)[1] * mean_aperture)} pixels (or lower mismatch_ratio)",
+            f"{mean_aperture:g} pixels: the mismatch length must fit twice in {where}, which needs "
+            f">= {math.ceil(needed)} pixels (or lower mismatch_ratio{', or raise extent' if extent > 1 else ''})",
             tuple(shape),
         )
         check_setting(
@@ -213,11 +243,61 @@ class Published(Recipe):
             mid_slope=drawn["mid_slope"],
             seed=seed + index,
             kind=kind,
+            extent=extent,
         )
 
     @staticmethod
     def synthesize(params: ClosureParams) -> RoughFracture:
         return closed_fracture(params)
+
+
+@dataclass(frozen=True)
+class Rock(Published):
+    """Walls in contact whose slopes are those of rock joints: each map a window of larger walls (see the module
+    docstring and data/README.md). The settings are :class:`Published`'s, with other defaults, and ``extent``.
+
+    Attributes:
+        hurst, aperture_std, special_every: as :class:`Published`'s (the open gap's σ/⟨b⟩ is set over the map).
+        contact_fraction: share of the map where the walls touch, set by the closure of the map's own gap. Its upper
+            end leaves room for the voxelised map, which closes gaps under half a voxel: up to 0.29 on it at 6 voxels
+            per mean aperture. Its lower end keeps b_h/⟨b⟩ of the LCL below 0.9 (more contact, less flow).
+        mismatch_ratio: mismatch length over the mean aperture, drawn log-uniformly; it must fit twice in the larger
+            walls' longest side. Above the map's length, it makes an aperture that spreads over more than the map.
+        wavelength_ratio: shortest roughness wavelength over the mean aperture (at least 2 pixels).
+        mid_slope: rms slope of the mid-surface smoothed over the mean aperture, over the map, where the matched
+            wavelengths can set it (the independent ones make a floor, about 0.3 here); for tilted plates, their
+            slope.
+        extent: the walls are drawn ``extent`` times the map along each axis, periodic there; the map is a window
+            of them, its inlet and outlet columns wherever the window falls.
+    """
+
+    name: ClassVar[str] = "rock"
+
+    contact_fraction: Range = (0.05, 0.25)
+    mismatch_ratio: Range = (16.0, 40.0)
+    wavelength_ratio: Range = (1.0, 2.0)
+    mid_slope: Range = (0.05, 0.3)
+    extent: int = 10
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_setting(
+            is_integer(self.extent) and 2 <= self.extent <= MAX_EXTENT,
+            "extent",
+            f"must be an integer in [2, {MAX_EXTENT}]: the map is a window of walls extent times its size (1 would "
+            "make it periodic, the published recipe's walls; above, the larger walls take extent² times the map's "
+            "memory)",
+            self.extent,
+        )
+
+    @property
+    def periodic(self) -> bool:
+        return False
+
+    def params(
+        self, shape: tuple[int, int], mean_aperture: float, seed: int, index: int, drawn: dict[str, float]
+    ) -> ClosureParams:
+        return self._closure(shape, mean_aperture, seed, index, drawn, extent=self.extent)
 
 
 @dataclass(frozen=True)
@@ -296,4 +376,4 @@ def _shown(value: Range) -> str:
 
 
 # Recipe name -> class. ``flowlearn generate --recipe NAME``.
-RECIPES: dict[str, type[Recipe]] = {cls.name: cls for cls in (Published, Winding)}
+RECIPES: dict[str, type[Recipe]] = {cls.name: cls for cls in (Published, Rock, Winding)}

@@ -17,7 +17,8 @@ For aperture maps that come without walls (measured ones), :data:`WALL_PLACEMENT
 around them.
 
 All lengths are in pixels (the in-plane grid spacing, equal to the LBM voxel size). Arrays are (H, W) = (rows y,
-columns x) float64, periodic in both directions.
+columns x) float64, periodic in both directions (but for a map cut as a window from larger walls, see
+:class:`RoughFracture`).
 """
 
 from __future__ import annotations
@@ -102,12 +103,18 @@ class RoughFracture:
     ``max(top - bottom, 0)``, so contact spots are exactly 0. ``params`` made them: a :class:`RoughnessParams` or
     a :class:`~flowlearn.fractures.closure.ClosureParams` (a frozen dataclass with ``shape``, ``LENGTHS`` and
     ``to_dict()``).
+
+    A map cut as a window from larger walls keeps them: ``larger`` holds those walls (bottom, top), float64, periodic,
+    pixels, and ``origin`` the (row, column) of the map's first pixel in them; the map itself is not periodic. None
+    where the map's walls are periodic themselves.
     """
 
     params: Any
     bottom: np.ndarray
     top: np.ndarray
     aperture: np.ndarray
+    larger: tuple[np.ndarray, np.ndarray] | None = None
+    origin: tuple[int, int] = (0, 0)
 
 
 def wavenumbers(shape: tuple[int, int]) -> np.ndarray:
@@ -171,12 +178,21 @@ def refine(fracture: RoughFracture, factor: int) -> RoughFracture:
 
     The walls are periodic sums of the grid's Fourier modes, so zero-padding their spectra evaluates exactly the
     same surfaces between the old nodes; heights are multiplied by ``factor`` so that the geometry keeps its
-    shape in the finer voxels. For grid-convergence studies of the LBM.
+    shape in the finer voxels. A window of larger walls (``fracture.larger``) is not periodic, and interpolating it
+    so would ring at its ends: the larger walls are refined instead and the window cut from them again. For
+    grid-convergence studies of the LBM.
     """
-    bottom, top = refine_wall(fracture.bottom, factor), refine_wall(fracture.top, factor)
+    if fracture.larger is None:
+        bottom, top = refine_wall(fracture.bottom, factor), refine_wall(fracture.top, factor)
+        larger, origin = None, (0, 0)
+    else:
+        larger = (refine_wall(fracture.larger[0], factor), refine_wall(fracture.larger[1], factor))
+        origin = (fracture.origin[0] * factor, fracture.origin[1] * factor)
+        shape = (fracture.bottom.shape[0] * factor, fracture.bottom.shape[1] * factor)
+        bottom, top = (window(wall, origin, shape) for wall in larger)
     scaled = {name: getattr(fracture.params, name) * factor for name in fracture.params.LENGTHS}
     params = replace(fracture.params, shape=bottom.shape, **scaled)
-    return RoughFracture(params, bottom, top, np.maximum(top - bottom, 0.0))
+    return RoughFracture(params, bottom, top, np.maximum(top - bottom, 0.0), larger, origin)
 
 
 def refine_wall(wall: np.ndarray, factor: int) -> np.ndarray:
@@ -185,6 +201,13 @@ def refine_wall(wall: np.ndarray, factor: int) -> np.ndarray:
     check_setting(is_integer(factor) and factor >= 1, "factor", "must be an integer >= 1", factor)
     height, width = (n * factor for n in wall.shape)
     return factor * signal.resample(signal.resample(wall, height, axis=0), width, axis=1)
+
+
+def window(wall: np.ndarray, origin: tuple[int, int], shape: tuple[int, int]) -> np.ndarray:
+    """The window of ``shape`` (H, W) of ``wall`` (float (H', W') with H' >= row + H, W' >= column + W) whose first
+    pixel is ``origin`` (row, column), as a copy."""
+    (row, column), (height, width) = origin, shape
+    return wall[row : row + height, column : column + width].copy()
 
 
 @dataclass(frozen=True)

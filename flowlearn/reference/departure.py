@@ -8,14 +8,15 @@ viscosity, see :mod:`flowlearn.data.schema`). The departure of a fracture is
     Q_ref / Q_LCL - 1,
 
 negative where the LCL overestimates the flow, as it does in rough fractures (Brown 1987; Zimmerman & Bodvarsson
-1996; Brush & Thomson 2003).
+1996; Brush & Thomson 2003). :func:`range_summary` then holds the file's geometry, and b_h of its reference flow,
+against the ranges of rock joints (:data:`flowlearn.fractures.statistics.JOINT_RANGES`).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -28,6 +29,7 @@ from flowlearn.data.provenance import fracture_where, provenance_number, provena
 from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError
 from flowlearn.fractures.inclination import mid_surface_slope
+from flowlearn.fractures.statistics import joint_statistics, joint_table
 from flowlearn.reference.refinement import INFERRED
 
 # The mid-surface slope as a statistic of the geometry is smoothed over one mean aperture: the scale at which the gap
@@ -103,6 +105,10 @@ class Departure:
         convergence: relative change of the reference flow rate under 2× grid refinement, from the provenance
             ("convergence": measured, or inferred from the geometry); NaN where it records none.
         convergence_inferred: whether ``convergence`` was inferred (:mod:`flowlearn.reference.refinement`), not measured.
+        joint: the statistics rock joints are held against (:func:`~flowlearn.fractures.statistics.joint_statistics`
+            of the stored map, its walls and voxel size; cells not joined to the inlet or outlet count as open).
+        exact_case: whether the fracture is one of a recipe's exact cases (plates, a flat mid-surface: its
+            provenance's ``roughness.kind`` is not ``rough``), which are not held against rock joints.
     """
 
     name: str
@@ -116,6 +122,8 @@ class Departure:
     wall_slope: float
     convergence: float
     convergence_inferred: bool = False
+    joint: dict[str, float] = field(default_factory=dict)
+    exact_case: bool = False
 
     @property
     def departure(self) -> float:
@@ -129,6 +137,7 @@ class _Recorded:
     wall_slope: float
     convergence: float
     convergence_inferred: bool
+    exact_case: bool
 
 
 def _recorded(fracture: Fracture, path: str | os.PathLike | None) -> _Recorded:
@@ -140,6 +149,7 @@ def _recorded(fracture: Fracture, path: str | os.PathLike | None) -> _Recorded:
         wall_slope=provenance_number(fracture, "geometry.wall_slope", path),
         convergence=provenance_number(fracture, "convergence.flow_rate_change", path),
         convergence_inferred=provenance_record(fracture, "convergence", path).get("how") == INFERRED,
+        exact_case=provenance_record(fracture, "roughness", path).get("kind", "rough") != "rough",
     )
 
 
@@ -171,6 +181,8 @@ def _departure(fracture: Fracture, recorded: _Recorded) -> Departure:
         wall_slope=recorded.wall_slope,
         convergence=recorded.convergence,
         convergence_inferred=recorded.convergence_inferred,
+        joint=joint_statistics(fracture.bottom, fracture.top, fracture.aperture, fracture.voxel_size),
+        exact_case=recorded.exact_case,
     )
 
 
@@ -186,41 +198,18 @@ def departures(path: str | os.PathLike) -> list[Departure]:
     return [_departure(fracture, record) for fracture, record in zip(fractures, recorded)]
 
 
-# What real rough fractures show, for `flowlearn departure` to print beside a dataset's statistics: the Departure
-# field -> (what it is, the published range, its sources). data/README.md gives the full references.
-PUBLISHED_RANGES = {
-    "relative_std": (
-        "σ/⟨b⟩",
-        "0.3-1 unloaded, above 1 under stress",
-        "Brown 1987; Hakami & Larsson 1996; Konzuk & Kueper 2004",
-    ),
-    "contact_fraction": (
-        "contact area",
-        "0-10 % unloaded, 10-40 % under stress",
-        "Pyrak-Nolte et al. 1987; Hakami 1995",
-    ),
-    "mid_slope": (
-        "rms mid-surface slope",
-        "0.1-0.4 (joint profiles, JRC 0-20)",
-        "Tse & Cruden 1979; Barton 1973",
-    ),
-    "hydraulic_ratio": ("b_h/⟨b⟩", "0.3-0.9 in laboratory tests", "Zimmerman & Bodvarsson 1996"),
-}
-
-
 def range_summary(rows: list[Departure]) -> list[str]:
-    """One line per quantity of :data:`PUBLISHED_RANGES`: the dataset's median and extremes beside the published
-    range (fractures where a quantity is NaN are left out of it)."""
-    lines = []
-    for field_name, (label, published, sources) in PUBLISHED_RANGES.items():
-        values = np.array([getattr(row, field_name) for row in rows], dtype=np.float64)
-        values = values[np.isfinite(values)]
-        if values.size == 0:
-            lines.append(f"{label:<22} (not recorded)          published {published} ({sources})")
-            continue
-        spread = f"median {np.median(values):.3g} ({values.min():.3g}-{values.max():.3g})"
-        lines.append(f"{label:<22} {spread:<26} published {published} ({sources})")
-    return lines
+    """The table of :func:`~flowlearn.fractures.statistics.joint_table` over the fractures of ``rows`` that are not
+    exact cases, b_h/⟨b⟩ of the reference flow rate among its statistics, with a line first saying which it holds."""
+    rough = [row for row in rows if not row.exact_case]
+    left_out = len(rows) - len(rough)
+    if not rough:
+        return [
+            f"against rock joints: no fracture (all {left_out} are exact cases, plates or flat mid-surfaces)"
+        ]
+    note = f" (left out: {left_out} exact case(s), plates or flat mid-surfaces)" if left_out else ""
+    table = joint_table([{**row.joint, "reference_hydraulic_ratio": row.hydraulic_ratio} for row in rough])
+    return [f"against rock joints, {len(rough)} fractures{note}:", *table]
 
 
 def summarize(rows: list[Departure]) -> dict[str, float]:

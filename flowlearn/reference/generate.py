@@ -95,6 +95,15 @@ class DatasetConfig:
             "must be an integer >= 0 (0: no fracture is refined)",
             self.refine_every,
         )
+        # The refinement interpolates the map's walls by their Fourier series, exact for periodic walls only: a
+        # window of larger walls would ring at its ends, and the change measured would be the ringing's.
+        check_setting(
+            self.refine_every == 0 or self.recipe.periodic,
+            "refine_every",
+            f"must be 0 with the {self.recipe.name} recipe: its maps are windows of larger walls, not periodic, and "
+            "refining them by Fourier interpolation would ring at their ends",
+            self.refine_every,
+        )
         check_setting(
             is_integer(self.count) and 1 <= self.count <= MAX_COUNT,
             "count",
