@@ -36,6 +36,7 @@ from flowlearn.training.config import check_run_groups, validate_config
 from flowlearn.training.console import quiet_lightning
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import write_predictions
+from flowlearn.training.sigterm import StopOnSigterm
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
 
     # A callback set to null is left out (`callbacks.figures=null`), as in lightning-hydra-template.
     callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]
+    callbacks.append(StopOnSigterm())  # not a choice: without it a multi-process run hangs on SIGTERM
     logger = instantiate(cfg.logger)
     no_validation = _no_validation(cfg, len(datamodule.splits["val"].refs))
     if no_validation:
