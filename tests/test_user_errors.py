@@ -24,7 +24,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from test_configs import _compose
-from test_train import ROOT
+from test_train import EMBEDDED, ROOT
 
 from flowlearn.cli import main
 from flowlearn.cli.train import run
@@ -654,6 +654,47 @@ def test_a_diverging_run_on_the_embedded_dataset(tmp_path, capsys, monkeypatch, 
     # (64x64 maps: one-off solves go through multigrid) with an IndexError.
     status, err = _train_checks(tmp_path, capsys, monkeypatch, [f"optimizer.lr={lr}", "~callbacks.figures"])
     _one_line(status, err, "training diverged at epoch 0", f"lower optimizer.lr (now {float(lr):g})")
+
+
+def test_a_diverging_pixel_model_names_the_learning_rate(tmp_path, capsys, monkeypatch):
+    # One fracture of the embedded dataset: its loss rose 465 times above the first epoch's and stayed below the
+    # thousandfold jump checked before; the run had written predictions.h5 and ended with status 0 (or, with a
+    # flow rate of -5e-25, with an error about that file).
+    from flowlearn.data.files import list_fractures, read_fracture
+
+    one = tmp_path / "one.h5"
+    write_fractures(one, [read_fracture(EMBEDDED, list_fractures(EMBEDDED)[1].name)])
+    overrides = [f"data.path={one}", "data.fractions=[1,0,0]", "model=pixel", "optimizer.lr=30"]
+    status, err = _train_checks(
+        tmp_path, capsys, monkeypatch, [*overrides, "trainer.max_epochs=2", "~callbacks.figures"]
+    )
+    _one_line(
+        status, err, "training diverged at epoch 1", "times the first epoch's", "lower optimizer.lr (now 30)"
+    )
+    assert not (tmp_path / "run" / "predictions.h5").exists()
+
+
+def test_a_flow_rate_against_the_head_drop_is_no_solution(tmp_path):
+    # A band of W = e^-80 across the map: the solve keeps its heads within [1, 2], but the outlet flux is round-off
+    # of the wrong sign (-4.5e-28), which predictions.h5 could not hold.
+    from flowlearn.data.datamodule import FractureDataset, find_fractures
+    from flowlearn.errors import SolutionError
+    from flowlearn.models import PixelCorrection
+    from flowlearn.models.laws import LocalCubicLaw
+    from flowlearn.training.module import FractureFlowModule
+    from flowlearn.training.predictions import as_batch
+
+    path = tmp_path / "plates.h5"
+    write_fractures(path, [_fracture("f0", flow_rate=1e-12)])
+    correction = PixelCorrection((6, 8))
+    with torch.no_grad():
+        correction.raw[:, 3] = -80.0
+    module = FractureFlowModule(correction, LocalCubicLaw())
+    batch = as_batch(FractureDataset(find_fractures(path), (2.0, 1.0))[0], torch.device("cpu"))
+    with pytest.raises(
+        SolutionError, match=r"fracture plates/f0: the outlet flow rate is -[\d.]+e-\d+, against a head"
+    ):
+        module(batch)
 
 
 def test_a_fit_at_round_off_is_not_taken_for_divergence(tmp_path, capsys, monkeypatch):

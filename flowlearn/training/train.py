@@ -26,7 +26,7 @@ from flowlearn.data.files import list_fractures, read_fracture, validate_file
 from flowlearn.data.inputs import NO_VOXEL_SIZE, NO_WALLS, missing_geometry, require_inputs
 from flowlearn.data.provenance import recorded_error
 from flowlearn.data.schema import Fracture
-from flowlearn.errors import ConfigError
+from flowlearn.errors import ConfigError, SolutionError
 from flowlearn.fractures.statistics import aperture_statistics, statistic_ranges
 from flowlearn.metrics import LOSS
 from flowlearn.models.laws import PermeabilityLaw
@@ -177,7 +177,12 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
-        write_predictions(module, datamodule.splits.items(), run_dir / "predictions.h5")
+        try:
+            write_predictions(module, datamodule.splits.items(), run_dir / "predictions.h5")
+        except SolutionError as error:
+            # Every fracture was solved under the law before training (the test's before the test ran): a solve that
+            # breaks now breaks on the trained weights.
+            raise module.diverged(f"the trained model's conductivities broke the solve: {error}") from error
     return metrics
 
 
