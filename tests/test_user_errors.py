@@ -1445,6 +1445,21 @@ def test_resuming_a_checkpoint_of_another_law_or_model(
     _one_line(status, err, f"ckpt_path: {checkpoint} was trained with {theirs}, and this run has", ours)
 
 
+def test_resuming_a_checkpoint_of_another_optimizer(files, trained_runs, tmp_path, capsys, monkeypatch):
+    # Torch loaded Adam's settings into Gauss-Newton, whose first step failed with KeyError: 'damping'.
+    checkpoint = trained_runs["cnn"] / "checkpoints" / "last.ckpt"
+    overrides = [f"data.path={files['good']}", f"ckpt_path={checkpoint}", "law=lcl", "optimizer=gauss_newton"]
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, overrides)
+    _one_line(
+        status,
+        err,
+        f"ckpt_path: {checkpoint} holds the state of another optimizer (with amsgrad, betas, capturable, ...) than "
+        "this run's GaussNewton (with cg_iterations, cg_tolerance, damping, ...): resume with the optimizer that "
+        "run had (optimizer= in its .hydra/config.yaml)",
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_predicting_with_a_checkpoint_of_another_model(files, trained_runs, tmp_path, capsys):
     checkpoint = trained_runs["cnn"] / "checkpoints" / "last.ckpt"
     argv = ["predict", str(trained_runs["unet"]), str(files["good"]), "-o", str(tmp_path / "p.h5")]

@@ -78,6 +78,12 @@ _BASELINE_METRICS = frozenset(metric_name(m.name, b) for b in BASELINE_NAMES for
 _COLUMNS = {metric_name(m.name, b): m.reduce for b in (None, *BASELINE_NAMES) for m in METRICS}
 
 
+def _some(names: set[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``names`` in order, and "..." where there are more."""
+    ordered = sorted(names)
+    return ", ".join(ordered[:shown]) + (", ..." if len(ordered) > shown else "")
+
+
 def _check_flow_direction(flow_rate: torch.Tensor, batch: dict) -> None:
     """Raise :class:`SolutionError` where a fracture's outlet flow rate (B,) is zero or runs against its head drop.
 
@@ -194,6 +200,22 @@ class FractureFlowModule(L.LightningModule):
                 f"{' and '.join(differ.values())}: use a checkpoint of a run with the same {keys}, or choose the "
                 f"{keys} that run had"
             )
+
+    def check_optimizer_state(self, checkpoint: dict, where: str) -> None:
+        """Raise :class:`CheckpointError` naming ``where`` when ``checkpoint`` (as loaded) holds the state of
+        another optimizer than this module's: torch loads one optimizer's settings into another without a word,
+        and the first step then failed on a setting it lacks (``KeyError: 'damping'``, resuming Adam's checkpoint
+        with Gauss–Newton). Settings that only one of two versions of an optimizer has (torch adds some) pass."""
+        optimizer = self.build_optimizer()
+        mine = set(optimizer.param_groups[0]) - {"params"}
+        for state in checkpoint.get("optimizer_states") or []:
+            theirs = {key for group in state.get("param_groups", []) for key in group} - {"params"}
+            if theirs - mine and mine - theirs:
+                raise CheckpointError(
+                    f"{where} holds the state of another optimizer (with {_some(theirs - mine)}) than this run's "
+                    f"{type(optimizer).__name__} (with {_some(mine - theirs)}): resume with the optimizer that run "
+                    "had (optimizer= in its .hydra/config.yaml)"
+                )
 
     # -- the forward model -------------------------------------------------------------------------------------
 

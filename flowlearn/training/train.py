@@ -160,6 +160,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     resumed = prepare_outputs(run_dir, callbacks, logger, ckpt_path)
     if resumed is not None:
         module.check_checkpoint(resumed, f"ckpt_path: {ckpt_path}")
+        module.check_optimizer_state(resumed, f"ckpt_path: {ckpt_path}")
     # Without validation fractures, no validation loop (Lightning would warn of its empty loader every epoch).
     options = {"limit_val_batches": 0} if not datamodule.splits["val"].refs else {}
     # Without its callback, no checkpoints and no progress bar: Lightning would otherwise add its own defaults.
