@@ -1469,6 +1469,24 @@ def test_predicting_with_a_checkpoint_of_another_model(files, trained_runs, tmp_
     assert not (tmp_path / "p.h5").exists()
 
 
+def test_predicting_with_a_checkpoint_of_another_kind_of_model(files, trained_runs, tmp_path, capsys):
+    # A pixel model's weights in a CNN's run: KeyError: 'correction.head.weight', before the record was compared.
+    checkpoint = tmp_path / "pixel.ckpt"
+    record = {"law": "law=lcl", "model": "model=pixel (shape [6, 8])"}
+    weights = {"correction.raw": torch.zeros(6, 8)}
+    torch.save({"epoch": 0, "global_step": 1, "state_dict": weights, "training_data": record}, checkpoint)
+    argv = ["predict", str(trained_runs["cnn"]), str(files["good"]), "-o", str(tmp_path / "p.h5")]
+    status, err = _flowlearn(capsys, *argv, "--checkpoint", str(checkpoint))
+    config = trained_runs["cnn"] / ".hydra" / "config.yaml"
+    _one_line(
+        status,
+        err,
+        f"{checkpoint} was trained with model=pixel (shape [6, 8]), and {config} has model=cnn: use a checkpoint "
+        "of a run with model=cnn, or the run of this checkpoint",
+    )
+    assert not (tmp_path / "p.h5").exists()
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [

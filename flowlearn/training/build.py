@@ -259,6 +259,15 @@ def load_run(
         raise RunDirectoryError(
             f"{config_path}: the run's model ({cfg.model._target_}) does not exist in this flowlearn"
         )
+    weights = "correction.raw" if target is PixelCorrection else "correction.head.weight"
+    if weights not in state:
+        # Another kind of model (a pixel model's checkpoint in a network's run, or the reverse): its weights give
+        # neither the shape nor the dimension to build this run's model with, so this comes before check_checkpoint.
+        trained = record.get("model", "another kind of model")
+        raise CheckpointError(
+            f"{checkpoint} was trained with {trained}, and {config_path} has model={target.config_name}: use a "
+            f"checkpoint of a run with model={target.config_name}, or the run of this checkpoint"
+        )
     if target is PixelCorrection:
         shape = tuple(state["correction.raw"].shape)
         correction = instantiate(cfg.model, shape=shape, initial=law.initial_raw)
