@@ -269,6 +269,13 @@ CONFIG_ROWS = [
     ("data.fractions=[0.5,0.3,0.3]", "data.fractions must sum to 1"),
     ("data.fractions=[0,0.5,0.5]", "with train > 0"),
     ("data.fractions=[a,b,c]", "data.fractions must be three non-negative numbers"),
+    # A 43-line traceback of the split's ValueError.
+    (
+        "data.fractions=[0.01,0.01,0.98]",
+        "data.fractions: 4 fractures are too few for the split fractions (0.01, 0.01, 0.98): validation takes 1 "
+        "and test 4 (each part with a fraction > 0 at least one), which leaves 0 for training; raise the training "
+        "fraction, e.g. data.fractions=[0.75,0.125,0.125]",
+    ),
     (
         "data.heads=[1,1]",
         "data.heads must be two different numbers (inlet, outlet) in [-1e+12, 1e+12] or null, got [1, 1]",

@@ -97,7 +97,10 @@ def split_fractures(
     n_val, n_test = (max(round(f * n), 1 if f > 0 and n >= 3 else 0) for f in fractions[1:])
     counts = [n - n_val - n_test, n_val, n_test]
     if counts[0] < 0 or (fractions[0] > 0 and counts[0] == 0):
-        raise ValueError(f"{n} fractures are too few for the split fractions {fractions}")
+        raise ValueError(
+            f"{n} fractures are too few for the split fractions {fractions}: validation takes {n_val} and test "
+            f"{n_test} (each part with a fraction > 0 at least one), which leaves {max(counts[0], 0)} for training"
+        )
     order = np.random.default_rng(seed).permutation(n)
     parts = np.split(order, np.cumsum(counts)[:2])
     train, val, test = ([ordered[i] for i in sorted(part)] for part in parts)

@@ -21,7 +21,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from flowlearn.data.copies import Copies
-from flowlearn.data.datamodule import FractureDataset
+from flowlearn.data.datamodule import FractureDataset, find_fractures, split_fractures
 from flowlearn.data.files import list_fractures, read_fracture, validate_file
 from flowlearn.data.inputs import NO_VOXEL_SIZE, NO_WALLS, missing_geometry, require_inputs
 from flowlearn.data.provenance import recorded_error
@@ -105,6 +105,12 @@ def check_inputs(cfg: DictConfig) -> None:
     for path in paths:
         validate_file(path, require_pressure=True, check=check)
     copies.check()
+    try:
+        split_fractures(find_fractures(paths), tuple(cfg.data.fractions), cfg.data.seed)
+    except ValueError as error:
+        raise ConfigError(
+            f"data.fractions: {error}; raise the training fraction, e.g. data.fractions=[0.75,0.125,0.125]"
+        ) from None
     require_inputs(paths, model_inputs(cfg.model), needed_by="model.inputs asks for")
 
 
