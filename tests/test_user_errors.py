@@ -30,6 +30,7 @@ from flowlearn.cli import main
 from flowlearn.cli.train import run
 from flowlearn.data.files import write_fractures
 from flowlearn.data.schema import Fracture
+from flowlearn.errors import ConfigError
 from flowlearn.threads import usable_cores
 from flowlearn.training import build
 from flowlearn.training.config import hydra_errors_as_one_line
@@ -732,6 +733,22 @@ def test_a_network_beyond_the_memory_names_the_largest_kernel_that_fits(tmp_path
         build.training_bytes(model, 2, [(64, 64)], 4, kernel_size=k) <= 2**30 for k in (largest, largest + 2)
     ]
     assert fits == [True, False]
+
+
+def test_the_memory_check_counts_the_fractures_a_batch_can_hold(tmp_path, monkeypatch):
+    # data.batch_size=100000 on 6 training fractures had been refused as needing 4.57e3 GiB: a batch holds 6.
+    from flowlearn.data.datamodule import find_fractures
+    from flowlearn.models.laws import LocalCubicLaw
+
+    refs = find_fractures(_big_dataset(tmp_path / "big.h5"))[:6]
+    model = OmegaConf.load(ROOT / "configs" / "model" / "cnn.yaml")
+    assert build.build_correction(model, LocalCubicLaw(), refs, batch_size=100000) is not None
+    # Memory for 5 of them, not 6: still refused, naming the batch it can hold.
+    monkeypatch.setattr(build, "available_memory", lambda: build.training_bytes(model, 2, [(64, 64)], 5))
+    with pytest.raises(
+        ConfigError, match=r"more than fits within the .* GiB this process has available, in batches of 6;"
+    ):
+        build.build_correction(model, LocalCubicLaw(), refs, batch_size=100000)
 
 
 # f3 is a training fracture of _big_dataset, f1 a test fracture, solved only after training: the data's fault all

@@ -80,7 +80,9 @@ def build_correction(
     if len(dims) != 1:
         raise ConfigError(f"the training fractures mix 2D and 3D shapes: {shapes}")
     dim = dims.pop()
-    needed = check_network_size(model_cfg, dim, shapes, batch_size, dtype)
+    # A batch holds no more fractures than the training split has, whatever data.batch_size asks for (100,000 on 6
+    # fractures had been refused as needing 4.57e3 GiB).
+    needed = check_network_size(model_cfg, dim, shapes, min(batch_size, len(train_refs)), dtype)
     if KEPT_HEAP_GROWTH * needed > available_memory() and stop_keeping_freed_memory():
         log.info(
             "the model needs about %.3g GiB to train, and up to %.3g times that with the memory it frees kept for "
