@@ -57,6 +57,10 @@ def files(tmp_path_factory) -> dict[str, Path]:
     made = {name: base / f"{name}.h5" for name in ("folder", "empty", "text", "truncated", "corrupt")}
     made["good"] = good
     made["good_copy"] = shutil.copy(good, base / "good_copy.h5")
+    # What flowlearn convert --layout original writes: (1, 1, H, W) float32 maps.
+    write_fractures(
+        made.setdefault("good_original", base / "good_original.h5"), _plates(4), layout="original"
+    )
     made["folder"].mkdir()
     made["cases"] = base / "cases"
     (made["cases"] / "f0").mkdir(parents=True)  # a case folder left by an earlier `flowlearn stokes`
@@ -474,6 +478,11 @@ FILE_ROWS = [
     (
         "data.path=[{good},{good_copy}]",
         "{good_copy}: group 'f0' holds the same map as {good}: group 'f0' (4 fracture(s) in all repeat an earlier one)",
+    ),
+    # A copy in float32, as the original layout keeps it, had passed.
+    (
+        "data.path=[{good},{good_original}]",
+        "{good_original}: group 'f0' holds the same map as {good}: group 'f0' (4 fracture(s) in all repeat an",
     ),
     (
         "data.path={twins}",
