@@ -935,6 +935,22 @@ def test_generate_mistakes_stop_before_any_simulation(tmp_path, capsys, options,
     assert os.listdir(tmp_path) == []  # no output, no parts folder
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--hurst", "0.5", "0.7", "{out}"],
+        ["--hurst", "0.5", "{out}", "--rms-ratio", "0.1", "0.2", "--recipe", "winding"],
+        ["--shape", "64", "64", "--mismatch-ratio", "2", "3", "{out}", "--quiet"],
+    ],
+)
+def test_generate_reads_the_output_written_after_an_option_of_two_values(tmp_path, capsys, options):
+    # argparse gave --hurst every word up to the next option: "argument --hurst: invalid float value: 'out.h5'".
+    out = str(tmp_path / "out.h5")
+    argv = [word.format(out=out) for word in options]
+    status, err = _flowlearn(capsys, "generate", *argv, "--quiet", "--count", "-1")
+    _one_line(status, err, "--count must be an integer in [1, 1000000], got -1")
+
+
 def test_generate_starts_no_more_processes_than_fractures(tmp_path, monkeypatch):
     # --processes 2 for one fracture: one process makes it, and no pool of idle workers is started.
     from flowlearn.reference import generate
