@@ -673,7 +673,7 @@ def test_a_diverging_run_on_the_embedded_dataset(tmp_path, capsys, monkeypatch, 
     _one_line(status, err, "training diverged at epoch 0", f"lower optimizer.lr (now {float(lr):g})")
 
 
-def test_a_diverging_pixel_model_names_the_learning_rate(tmp_path, capsys, monkeypatch):
+def test_a_diverging_pixel_model_names_the_learning_rate(tmp_path):
     # One fracture of the embedded dataset: its loss rose 465 times above the first epoch's and stayed below the
     # thousandfold jump checked before; the run had written predictions.h5 and ended with status 0 (or, with a
     # flow rate of -5e-25, with an error about that file).
@@ -681,14 +681,21 @@ def test_a_diverging_pixel_model_names_the_learning_rate(tmp_path, capsys, monke
 
     one = tmp_path / "one.h5"
     write_fractures(one, [read_fracture(EMBEDDED, list_fractures(EMBEDDED)[1].name)])
-    overrides = [f"data.path={one}", "data.fractions=[1,0,0]", "model=pixel", "optimizer.lr=30"]
-    status, err = _train_checks(
-        tmp_path, capsys, monkeypatch, [*overrides, "trainer.max_epochs=2", "~callbacks.figures"]
-    )
+    run_dir = tmp_path / "run"
+    result = _process(
+        "train.py", f"hydra.run.dir={run_dir}", f"data.path={one}", "data.fractions=[1,0,0]", "model=pixel",
+        "optimizer.lr=30", "trainer.max_epochs=2", "~callbacks.figures",
+    )  # fmt: skip
     _one_line(
-        status, err, "training diverged at epoch 1", "times the first epoch's", "lower optimizer.lr (now 30)"
+        result.returncode,
+        result.stderr,
+        "training diverged at epoch 1",
+        "times the first epoch's",
+        "lower optimizer.lr (now 30)",
     )
-    assert not (tmp_path / "run" / "predictions.h5").exists()
+    assert not (run_dir / "predictions.h5").exists()
+    # The progress bar's line is ended: on a terminal the error had been printed after the bar's last numbers.
+    assert "Epoch 1" in result.stdout.splitlines()[-1] and result.stdout.endswith("\n")
 
 
 def test_a_flow_rate_against_the_head_drop_is_no_solution(tmp_path):

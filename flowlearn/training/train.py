@@ -33,7 +33,7 @@ from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.training.build import build_correction, model_dtype, model_inputs
 from flowlearn.training.checkpoints import prepare_outputs
 from flowlearn.training.config import check_run_groups, validate_config
-from flowlearn.training.console import quiet_lightning
+from flowlearn.training.console import FreshLineOnError, quiet_lightning
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import write_predictions
 from flowlearn.training.sigterm import StopOnSigterm
@@ -155,7 +155,8 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
 
     # A callback set to null is left out (`callbacks.figures=null`), as in lightning-hydra-template.
     callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]
-    callbacks.append(StopOnSigterm())  # not a choice: without it a multi-process run hangs on SIGTERM
+    # Not choices: without them a multi-process run hangs on SIGTERM, and an error is printed on the bar's line.
+    callbacks += [StopOnSigterm(), FreshLineOnError()]
     logger = instantiate(cfg.logger)
     no_validation = _no_validation(cfg, len(datamodule.splits["val"].refs))
     if no_validation:
