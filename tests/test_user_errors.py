@@ -1807,6 +1807,17 @@ def test_a_refused_run_says_why_in_its_folder(files, tmp_path):
     )
 
 
+def test_a_refused_run_leaves_no_folder_that_hydra_named_itself(files, tmp_path):
+    # Each refused attempt had left an outputs/<date>/<time>/ of .hydra/, train.log and error.txt behind.
+    work = tmp_path / "work"
+    (work / "outputs" / "earlier").mkdir(parents=True)
+    result = _process(str(ROOT / "train.py"), f"data.path={files['good']}", "seed=abc", cwd=work)
+    _one_line(
+        result.returncode, result.stderr, "error: seed must be an integer in [0, 4294967295], got 'abc'"
+    )
+    assert [p.relative_to(work) for p in work.rglob("*")] == [Path("outputs"), Path("outputs/earlier")]
+
+
 def test_a_run_in_the_folder_of_a_refused_one_removes_its_record(files, tmp_path, capsys, monkeypatch):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
