@@ -266,6 +266,7 @@ CONFIG_ROWS = [
     ("data.batch_size=2.5", "data.batch_size must be a positive integer, got 2.5"),
     ("data.batch_size=0", "data.batch_size must be a positive integer, got 0"),
     ("data.batch_size=abc", "data.batch_size must be a positive integer, got 'abc'"),
+    ("data.max_fractures=0", "data.max_fractures must be a positive integer, got 0"),
     ("data.num_workers=-1", "data.num_workers must be an integer in [0, "),
     ("data.slope_smoothing=-1", "data.slope_smoothing must be a number in [0, 100), got -1"),
     ("data.slope_smoothing=1000", "data.slope_smoothing must be a number in [0, 100), got 1000"),

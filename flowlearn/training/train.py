@@ -106,7 +106,8 @@ def check_inputs(cfg: DictConfig) -> None:
         validate_file(path, require_pressure=True, check=check)
     copies.check()
     try:
-        split_fractures(find_fractures(paths), tuple(cfg.data.fractions), cfg.data.seed)
+        limit = OmegaConf.select(cfg, "data.max_fractures")
+        split_fractures(find_fractures(paths), tuple(cfg.data.fractions), cfg.data.seed, limit=limit)
     except ValueError as error:
         raise ConfigError(
             f"data.fractions: {error}; raise the training fraction, e.g. data.fractions=[0.75,0.125,0.125]"
