@@ -139,9 +139,35 @@ def test_debug_fdr_runs_one_batch_of_each_loop_on_the_embedded_dataset(tmp_path)
     result = run_train("debug=fdr", run_dir=tmp_path)
     epochs, loss = metric_series(read_metrics(tmp_path), "train/loss")
     assert list(epochs) == [0] and len(loss) == 1
-    assert "done: test split, medians over 2 fractures" in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert "done: test split, medians over 2 fractures" in output
+    # Before the first progress bar, a line says what start-up is doing (the 96 fractures of the file are checked).
+    assert output.index(f"preparing: 96 fractures of {EMBEDDED} checked") < output.index("Epoch 0")
     with h5py.File(tmp_path / "predictions.h5") as f:
         assert len(f) == 12
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_preparing_line_announces_the_kernels_compilation_of_a_first_run(monkeypatch, compiled):
+    from flowlearn.darcy import kernels
+    from flowlearn.training.train import _preparing
+
+    monkeypatch.setattr(kernels, "compiled", lambda: compiled)
+    line = _preparing([str(EMBEDDED)])
+    assert line.startswith(
+        f"preparing: 96 fractures of {EMBEDDED} checked; building the model and the solver"
+    )
+    assert (
+        "the first solves compile the solver's kernels (numba), about 10 s on this first run" in line
+    ) != compiled
+
+
+def test_the_kernels_of_this_checkout_are_compiled_after_a_solve():
+    from flowlearn import DarcyProblem, solve_pressure
+    from flowlearn.darcy import kernels
+
+    solve_pressure(torch.zeros(6, 8, dtype=torch.float64), DarcyProblem.fracture((6, 8)))
+    assert kernels.compiled()
 
 
 @pytest.mark.parametrize("times_needed, stops", [(10.0, False), (2.0, True)])

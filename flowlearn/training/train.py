@@ -20,6 +20,7 @@ from hydra.utils import instantiate, to_absolute_path
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
+from flowlearn.darcy import kernels
 from flowlearn.data.copies import Copies
 from flowlearn.data.datamodule import FractureDataset, find_fractures, split_fractures
 from flowlearn.data.files import list_fractures, read_fracture, validate_file
@@ -115,14 +116,31 @@ def check_inputs(cfg: DictConfig) -> None:
     require_inputs(paths, model_inputs(cfg.model), needed_by="model.inputs asks for")
 
 
+def _preparing(paths: list[str]) -> str:
+    """The line that says what happens before the first progress bar, for the data files ``paths``: seconds,
+    and on the first run of a copy of flowlearn about ten more, in which numba compiles the solver's kernels."""
+    count = sum(len(list_fractures(path)) for path in paths)
+    line = (
+        f"preparing: {count} fractures of {', '.join(map(str, paths))} checked; building the model and the solver, "
+        "fitting the power-law baseline"
+    )
+    if not kernels.compiled():
+        line += (
+            "; the first solves compile the solver's kernels (numba), about 10 s on this first run, cached in "
+            f"{Path(kernels.__file__).parent / '__pycache__'} for the next ones"
+        )
+    return line
+
+
 def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     quiet_lightning()
     check_inputs(cfg)
+    paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
+    cfg.data.path = [to_absolute_path(str(p)) for p in paths]
+    log.info(_preparing(list(cfg.data.path)))
     # A missing backend (Julia, GPU) or an engine option out of its range fails here, before the data loads.
     solver = instantiate(cfg.solver)
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run's config
-    paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
-    cfg.data.path = [to_absolute_path(str(p)) for p in paths]
     datamodule = instantiate(cfg.data, inputs=list(model_inputs(cfg.model)))
     datamodule.setup("fit")
     train_shapes = sorted({ref.shape for ref in datamodule.splits["train"].refs})
