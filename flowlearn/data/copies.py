@@ -70,7 +70,9 @@ def fingerprint(fracture: Fracture) -> bytes:
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"{fracture.flow_axis} {aperture.shape}".encode())
     # float64 values rounded to float32 equal the float32 values of a copy made by that rounding, bit for bit.
-    digest.update(np.ascontiguousarray(aperture, dtype=np.float32).tobytes())
+    # Apertures beyond float32's range (1e300 m: another unit, refused later by name) become inf without a warning.
+    with np.errstate(over="ignore"):
+        digest.update(np.ascontiguousarray(aperture, dtype=np.float32).tobytes())
     # A mask that leaves out nothing poses the problem of no mask.
     if fracture.mask is not None and not np.all(fracture.mask):
         digest.update(np.ascontiguousarray(_squeezed(np.asarray(fracture.mask)), dtype=bool).tobytes())
