@@ -119,6 +119,57 @@ def test_without_juliacall_construction_fails_with_install_instructions():
         assert "JULIA_DEPOT_PATH" in message and "PYTHON_JULIAPKG_OFFLINE" in message
 
 
+def test_without_a_julia_construction_fails_before_juliacall_is_imported(tmp_path):
+    # A stand-in juliacall that fails when imported: the real one downloads a Julia where it finds none (after a
+    # warning about torch), which a run with solver=julia had printed before its own error line.
+    (tmp_path / "juliacall").mkdir()
+    (tmp_path / "juliacall" / "__init__.py").write_text("raise AssertionError('juliacall was imported')\n")
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    environment = {
+        key: value for key, value in os.environ.items() if not key.startswith(("PYTHON_JULIA", "JULIA"))
+    }
+    environment |= {"PYTHONPATH": f"{tmp_path}{os.pathsep}{Path(__file__).parents[1]}", "PATH": str(empty)}
+    environment["HOME"] = str(tmp_path)
+    code = """
+    from flowlearn.bridge import JuliaUnavailableError
+    from flowlearn.engines.dpfehm import DPFEHMEngine
+    try:
+        DPFEHMEngine()
+    except JuliaUnavailableError as error:
+        print("ERROR:", error)
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(
+        "ERROR: solver=julia needs Julia, and none is installed where juliacall looks (PYTHON_JULIAPKG_EXE, "
+        "juliapkg's own, juliaup, julia on PATH): download it once with python -c 'import juliacall'"
+    )
+
+
+def test_a_julia_on_path_or_configured_is_found(tmp_path, monkeypatch):
+    from flowlearn.bridge.julia import julia_executable
+
+    julia = tmp_path / "julia"
+    julia.write_text("#!/bin/sh\n")
+    julia.chmod(0o755)
+    for key in [key for key in os.environ if key.startswith(("PYTHON_JULIA", "JULIA"))]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert julia_executable() == str(julia)
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert julia_executable() is None
+    monkeypatch.setenv("PYTHON_JULIAPKG_EXE", "/opt/julia/bin/julia")
+    assert julia_executable() == "/opt/julia/bin/julia"
+
+
 @pytest.mark.skipif(
     not julia_installed(), reason="needs juliacall installed (its start-up is what fails here)"
 )

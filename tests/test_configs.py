@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import h5py
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -18,6 +19,7 @@ from flowlearn.errors import UnavailableError
 from flowlearn.runs import metric_series, read_metrics
 from flowlearn.training import build
 from flowlearn.training.build import build_correction, model_inputs
+from flowlearn.training.config import validate_config
 
 CONFIGS = ROOT / "configs"
 GROUPS = sorted(
@@ -97,6 +99,10 @@ def test_every_option_composes_and_instantiates(tmp_path, group, option):
         batch = next(iter(datamodule.train_dataloader()))
         raw = model(batch["inputs"])
         assert raw.shape == batch["aperture"].shape and (raw == law.initial_raw).all()
+    elif group == "debug":
+        # Overrides of the other groups' keys (the package is global): the run's own checks accept them.
+        validate_config(cfg)
+        assert cfg.callbacks.figures is None and cfg.data.max_fractures <= 12
     elif group == "optimizer":
         optimizer = instantiate(cfg.optimizer)([torch.zeros(2, requires_grad=True)])
         assert isinstance(optimizer, torch.optim.Optimizer)
@@ -125,6 +131,43 @@ def test_a_composed_run_trains_with_every_available_solver(tmp_path, option):
     run_train(*overrides, "~callbacks.figures", run_dir=tmp_path / "run")
     _, loss = metric_series(read_metrics(tmp_path / "run"), "train/loss")
     assert len(loss) == 2 and loss[1] < loss[0]
+
+
+def test_debug_fdr_runs_one_batch_of_each_loop_on_the_embedded_dataset(tmp_path):
+    # The whole pipeline in seconds (about 10 s, mostly start-up): one training batch, one validation batch, one
+    # test batch, then the predictions of the 12 fractures drawn and the closing line.
+    result = run_train("debug=fdr", run_dir=tmp_path)
+    epochs, loss = metric_series(read_metrics(tmp_path), "train/loss")
+    assert list(epochs) == [0] and len(loss) == 1
+    output = result.stdout + result.stderr
+    assert "done: test split, medians over 2 fractures" in output
+    # Before the first progress bar, a line says what start-up is doing (the 96 fractures of the file are checked).
+    assert output.index(f"preparing: 96 fractures of {EMBEDDED} checked") < output.index("Epoch 0")
+    with h5py.File(tmp_path / "predictions.h5") as f:
+        assert len(f) == 12
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_preparing_line_announces_the_kernels_compilation_of_a_first_run(monkeypatch, compiled):
+    from flowlearn.darcy import kernels
+    from flowlearn.training.train import _preparing
+
+    monkeypatch.setattr(kernels, "compiled", lambda: compiled)
+    line = _preparing([str(EMBEDDED)])
+    assert line.startswith(
+        f"preparing: 96 fractures of {EMBEDDED} checked; building the model and the solver"
+    )
+    assert (
+        "the first solves compile the solver's kernels (numba), about 10 s on this first run" in line
+    ) != compiled
+
+
+def test_the_kernels_of_this_checkout_are_compiled_after_a_solve():
+    from flowlearn import DarcyProblem, solve_pressure
+    from flowlearn.darcy import kernels
+
+    solve_pressure(torch.zeros(6, 8, dtype=torch.float64), DarcyProblem.fracture((6, 8)))
+    assert kernels.compiled()
 
 
 @pytest.mark.parametrize("times_needed, stops", [(10.0, False), (2.0, True)])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from flowlearn.data.copies import Copies
+from flowlearn.data.files import read_fracture, write_fractures
 from flowlearn.data.schema import Fracture
 from flowlearn.errors import DataValidationError
 
@@ -40,9 +41,36 @@ def test_a_copy_in_another_file_names_both_and_counts_the_copies():
 def test_a_copy_under_another_name_stored_in_float32_is_a_copy():
     original = _rough("f0")
     single = Fracture("g7", original.aperture.astype(np.float32).astype(np.float64), None)
-    # float32 rounds the map: the copy of a float32 file compares equal once both are read as float64.
+    # A map already rounded to float32, held in float64 and in float32.
     stored = Fracture("g8", single.aperture.astype(np.float32), None)
     assert _repeats((single, "a.h5"), (stored, "a.h5")) is not None
+
+
+def test_a_float64_map_and_its_float32_copy_are_copies():
+    # The float64 map itself, not one rounded to float32 first: compared as float64 the two had differed.
+    original = _rough("f0")
+    assert _repeats((original, "a.h5"), (Fracture("g", original.aperture.astype(np.float32), None), "b.h5"))
+
+
+def test_a_map_held_as_a_volume_one_voxel_deep_is_a_copy():
+    original = _rough("f0")
+    assert _repeats((original, "a.h5"), (Fracture("g", original.aperture[None], None), "b.h5"))
+
+
+def test_a_copy_in_the_original_layout_is_a_copy(tmp_path):
+    # flowlearn convert --layout original stores the map as (1, 1, H, W) float32.
+    pressure = np.tile(2 - np.arange(8) / 7, (6, 1))
+    fractures = [replace(_rough(f"f{i}", seed=i), pressure=pressure) for i in range(2)]
+    for layout in ("flowlearn", "original"):
+        write_fractures(tmp_path / f"{layout}.h5", fractures, layout=layout)
+    placed = [
+        (read_fracture(tmp_path / f"{layout}.h5", name), f"{layout}.h5")
+        for layout in ("flowlearn", "original")
+        for name in ("f0", "f1")
+    ]
+    assert _repeats(*placed).startswith(
+        "original.h5: group 'f0' holds the same map as flowlearn.h5: group 'f0'"
+    )
 
 
 @pytest.mark.parametrize(

@@ -277,6 +277,29 @@ def test_ddp_on_two_cpu_processes_matches_one_process(dataset, tmp_path):
         )
 
 
+# Slow (~30 s): two processes joined by gloo.
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes_stops_on_sigterm(dataset, tmp_path):
+    # Lightning's handler had hung both processes for good (`trainer.devices=2`, or `trainer=ddp`).
+    run_dir = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", f"data.path={dataset}"]
+    command += ["trainer.devices=2", "trainer.max_epochs=10000", "model.channels=4", "~callbacks.figures"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None and not last.exists():
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    try:
+        status = process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("the run did not stop within 60 s of SIGTERM") from None
+    assert status == 0  # as a run of one process, which Lightning ends with SystemExit
+    assert "SIGTERM: the 2 training processes stop at epoch" in (run_dir / "train.log").read_text()
+    assert torch.load(last, weights_only=False)["epoch"] < 9999
+
+
 def test_julia_solver_without_julia_fails_at_start_up(dataset, tmp_path):
     env = {**os.environ, "PATH": "/usr/bin:/bin"}
     result = run_train(f"data.path={dataset}", "solver=julia", run_dir=tmp_path, check=False, env=env)

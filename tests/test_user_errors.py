@@ -25,12 +25,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from test_configs import _compose
-from test_train import ROOT
+from test_train import EMBEDDED, ROOT
 
 from flowlearn.cli import main
 from flowlearn.cli.train import run
 from flowlearn.data.files import write_fractures
 from flowlearn.data.schema import Fracture
+from flowlearn.errors import ConfigError
 from flowlearn.threads import usable_cores
 from flowlearn.training import build
 from flowlearn.training.config import hydra_errors_as_one_line
@@ -57,6 +58,10 @@ def files(tmp_path_factory) -> dict[str, Path]:
     made = {name: base / f"{name}.h5" for name in ("folder", "empty", "text", "truncated", "corrupt")}
     made["good"] = good
     made["good_copy"] = shutil.copy(good, base / "good_copy.h5")
+    # What flowlearn convert --layout original writes: (1, 1, H, W) float32 maps.
+    write_fractures(
+        made.setdefault("good_original", base / "good_original.h5"), _plates(4), layout="original"
+    )
     made["folder"].mkdir()
     made["cases"] = base / "cases"
     # The same plates with their walls (flat, the aperture apart), which the inclination tensor reads.
@@ -268,6 +273,7 @@ CONFIG_ROWS = [
     ("data.batch_size=2.5", "data.batch_size must be a positive integer, got 2.5"),
     ("data.batch_size=0", "data.batch_size must be a positive integer, got 0"),
     ("data.batch_size=abc", "data.batch_size must be a positive integer, got 'abc'"),
+    ("data.max_fractures=0", "data.max_fractures must be a positive integer, got 0"),
     ("data.num_workers=-1", "data.num_workers must be an integer in [0, "),
     ("data.slope_smoothing=-1", "data.slope_smoothing must be a number in [0, 100), got -1"),
     ("data.slope_smoothing=1000", "data.slope_smoothing must be a number in [0, 100), got 1000"),
@@ -277,6 +283,13 @@ CONFIG_ROWS = [
     ("data.fractions=[0.5,0.3,0.3]", "data.fractions must sum to 1"),
     ("data.fractions=[0,0.5,0.5]", "with train > 0"),
     ("data.fractions=[a,b,c]", "data.fractions must be three non-negative numbers"),
+    # A 43-line traceback of the split's ValueError.
+    (
+        "data.fractions=[0.01,0.01,0.98]",
+        "data.fractions: 4 fractures are too few for the split fractions (0.01, 0.01, 0.98): validation takes 1 "
+        "and test 4 (each part with a fraction > 0 at least one), which leaves 0 for training; raise the training "
+        "fraction, e.g. data.fractions=[0.75,0.125,0.125]",
+    ),
     (
         "data.heads=[1,1]",
         "data.heads must be two different numbers (inlet, outlet) in [-1e+12, 1e+12] or null, got [1, 1]",
@@ -475,6 +488,11 @@ FILE_ROWS = [
         "data.path=[{good},{good_copy}]",
         "{good_copy}: group 'f0' holds the same map as {good}: group 'f0' (4 fracture(s) in all repeat an earlier one)",
     ),
+    # A copy in float32, as the original layout keeps it, had passed.
+    (
+        "data.path=[{good},{good_original}]",
+        "{good_original}: group 'f0' holds the same map as {good}: group 'f0' (4 fracture(s) in all repeat an",
+    ),
     (
         "data.path={twins}",
         "{twins}: group 'f2' holds the same map as {twins}: group 'f1' (1 fracture(s) in all",
@@ -670,6 +688,54 @@ def test_a_diverging_run_on_the_embedded_dataset(tmp_path, capsys, monkeypatch, 
     _one_line(status, err, "training diverged at epoch 0", f"lower optimizer.lr (now {float(lr):g})")
 
 
+def test_a_diverging_pixel_model_names_the_learning_rate(tmp_path):
+    # One fracture of the embedded dataset: its loss rose 465 times above the first epoch's and stayed below the
+    # thousandfold jump checked before; the run had written predictions.h5 and ended with status 0 (or, with a
+    # flow rate of -5e-25, with an error about that file).
+    from flowlearn.data.files import list_fractures, read_fracture
+
+    one = tmp_path / "one.h5"
+    write_fractures(one, [read_fracture(EMBEDDED, list_fractures(EMBEDDED)[1].name)])
+    run_dir = tmp_path / "run"
+    result = _process(
+        "train.py", f"hydra.run.dir={run_dir}", f"data.path={one}", "data.fractions=[1,0,0]", "model=pixel",
+        "optimizer.lr=30", "trainer.max_epochs=2", "~callbacks.figures",
+    )  # fmt: skip
+    _one_line(
+        result.returncode,
+        result.stderr,
+        "training diverged at epoch 1",
+        "times the first epoch's",
+        "lower optimizer.lr (now 30)",
+    )
+    assert not (run_dir / "predictions.h5").exists()
+    # The progress bar's line is ended: on a terminal the error had been printed after the bar's last numbers.
+    assert "Epoch 1" in result.stdout.splitlines()[-1] and result.stdout.endswith("\n")
+
+
+def test_a_flow_rate_against_the_head_drop_is_no_solution(tmp_path):
+    # A band of W = e^-80 across the map: the solve keeps its heads within [1, 2], but the outlet flux is round-off
+    # of the wrong sign (-4.5e-28), which predictions.h5 could not hold.
+    from flowlearn.data.datamodule import FractureDataset, find_fractures
+    from flowlearn.errors import SolutionError
+    from flowlearn.models import PixelCorrection
+    from flowlearn.models.laws import LocalCubicLaw
+    from flowlearn.training.module import FractureFlowModule
+    from flowlearn.training.predictions import as_batch
+
+    path = tmp_path / "plates.h5"
+    write_fractures(path, [_fracture("f0", flow_rate=1e-12)])
+    correction = PixelCorrection((6, 8))
+    with torch.no_grad():
+        correction.raw[:, 3] = -80.0
+    module = FractureFlowModule(correction, LocalCubicLaw())
+    batch = as_batch(FractureDataset(find_fractures(path), (2.0, 1.0))[0], torch.device("cpu"))
+    with pytest.raises(
+        SolutionError, match=r"fracture plates/f0: the outlet flow rate is -[\d.]+e-\d+, against a head"
+    ):
+        module(batch)
+
+
 def test_a_fit_at_round_off_is_not_taken_for_divergence(tmp_path, capsys, monkeypatch):
     # Uniform gaps, which the LCL and the pixel model fit exactly: the loss wanders between 1e-30 and 1e-24, which
     # stopped the run as "diverged" (a million times its lowest).
@@ -698,6 +764,22 @@ def test_a_network_beyond_the_memory_names_the_largest_kernel_that_fits(tmp_path
         build.training_bytes(model, 2, [(64, 64)], 4, kernel_size=k) <= 2**30 for k in (largest, largest + 2)
     ]
     assert fits == [True, False]
+
+
+def test_the_memory_check_counts_the_fractures_a_batch_can_hold(tmp_path, monkeypatch):
+    # data.batch_size=100000 on 6 training fractures had been refused as needing 4.57e3 GiB: a batch holds 6.
+    from flowlearn.data.datamodule import find_fractures
+    from flowlearn.models.laws import LocalCubicLaw
+
+    refs = find_fractures(_big_dataset(tmp_path / "big.h5"))[:6]
+    model = OmegaConf.load(ROOT / "configs" / "model" / "cnn.yaml")
+    assert build.build_correction(model, LocalCubicLaw(), refs, batch_size=100000) is not None
+    # Memory for 5 of them, not 6: still refused, naming the batch it can hold.
+    monkeypatch.setattr(build, "available_memory", lambda: build.training_bytes(model, 2, [(64, 64)], 5))
+    with pytest.raises(
+        ConfigError, match=r"more than fits within the .* GiB this process has available, in batches of 6;"
+    ):
+        build.build_correction(model, LocalCubicLaw(), refs, batch_size=100000)
 
 
 # f3 is a training fracture of _big_dataset, f1 a test fracture, solved only after training: the data's fault all
@@ -891,6 +973,22 @@ def test_generate_mistakes_stop_before_any_simulation(tmp_path, capsys, options,
     status, err = _flowlearn(capsys, "generate", str(tmp_path / "out.h5"), "--quiet", *options)
     _one_line(status, err, message)
     assert os.listdir(tmp_path) == []  # no output, no parts folder
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--hurst", "0.5", "0.7", "{out}"],
+        ["--hurst", "0.5", "{out}", "--rms-ratio", "0.1", "0.2", "--recipe", "winding"],
+        ["--shape", "64", "64", "--mismatch-ratio", "2", "3", "{out}", "--quiet"],
+    ],
+)
+def test_generate_reads_the_output_written_after_an_option_of_two_values(tmp_path, capsys, options):
+    # argparse gave --hurst every word up to the next option: "argument --hurst: invalid float value: 'out.h5'".
+    out = str(tmp_path / "out.h5")
+    argv = [word.format(out=out) for word in options]
+    status, err = _flowlearn(capsys, "generate", *argv, "--quiet", "--count", "-1")
+    _one_line(status, err, "--count must be an integer in [1, 1000000], got -1")
 
 
 def test_generate_starts_no_more_processes_than_fractures(tmp_path, monkeypatch):
@@ -1436,12 +1534,45 @@ def test_resuming_a_checkpoint_of_another_law_or_model(
     _one_line(status, err, f"ckpt_path: {checkpoint} was trained with {theirs}, and this run has", ours)
 
 
+def test_resuming_a_checkpoint_of_another_optimizer(files, trained_runs, tmp_path, capsys, monkeypatch):
+    # Torch loaded Adam's settings into Gauss-Newton, whose first step failed with KeyError: 'damping'.
+    checkpoint = trained_runs["cnn"] / "checkpoints" / "last.ckpt"
+    overrides = [f"data.path={files['good']}", f"ckpt_path={checkpoint}", "law=lcl", "optimizer=gauss_newton"]
+    status, err = _train_checks(tmp_path, capsys, monkeypatch, overrides)
+    _one_line(
+        status,
+        err,
+        f"ckpt_path: {checkpoint} holds the state of another optimizer (with amsgrad, betas, capturable, ...) than "
+        "this run's GaussNewton (with cg_iterations, cg_tolerance, damping, ...): resume with the optimizer that "
+        "run had (optimizer= in its .hydra/config.yaml)",
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_predicting_with_a_checkpoint_of_another_model(files, trained_runs, tmp_path, capsys):
     checkpoint = trained_runs["cnn"] / "checkpoints" / "last.ckpt"
     argv = ["predict", str(trained_runs["unet"]), str(files["good"]), "-o", str(tmp_path / "p.h5")]
     status, err = _flowlearn(capsys, *argv, "--checkpoint", str(checkpoint))
     trained, asked = f"law=lcl and {CNN_LCL}", "law=mlcl and model=unet (channels=2, levels=1"
     _one_line(status, err, f"{checkpoint} was trained with {trained}, and this run has {asked}")
+    assert not (tmp_path / "p.h5").exists()
+
+
+def test_predicting_with_a_checkpoint_of_another_kind_of_model(files, trained_runs, tmp_path, capsys):
+    # A pixel model's weights in a CNN's run: KeyError: 'correction.head.weight', before the record was compared.
+    checkpoint = tmp_path / "pixel.ckpt"
+    record = {"law": "law=lcl", "model": "model=pixel (shape [6, 8])"}
+    weights = {"correction.raw": torch.zeros(6, 8)}
+    torch.save({"epoch": 0, "global_step": 1, "state_dict": weights, "training_data": record}, checkpoint)
+    argv = ["predict", str(trained_runs["cnn"]), str(files["good"]), "-o", str(tmp_path / "p.h5")]
+    status, err = _flowlearn(capsys, *argv, "--checkpoint", str(checkpoint))
+    config = trained_runs["cnn"] / ".hydra" / "config.yaml"
+    _one_line(
+        status,
+        err,
+        f"{checkpoint} was trained with model=pixel (shape [6, 8]), and {config} has model=cnn: use a checkpoint "
+        "of a run with model=cnn, or the run of this checkpoint",
+    )
     assert not (tmp_path / "p.h5").exists()
 
 
@@ -1707,6 +1838,17 @@ def test_a_refused_run_says_why_in_its_folder(files, tmp_path):
         report.stderr,
         f"{run_dir}: the run failed: seed must be an integer in [0, 4294967295], got 'abc'",
     )
+
+
+def test_a_refused_run_leaves_no_folder_that_hydra_named_itself(files, tmp_path):
+    # Each refused attempt had left an outputs/<date>/<time>/ of .hydra/, train.log and error.txt behind.
+    work = tmp_path / "work"
+    (work / "outputs" / "earlier").mkdir(parents=True)
+    result = _process(str(ROOT / "train.py"), f"data.path={files['good']}", "seed=abc", cwd=work)
+    _one_line(
+        result.returncode, result.stderr, "error: seed must be an integer in [0, 4294967295], got 'abc'"
+    )
+    assert [p.relative_to(work) for p in work.rglob("*")] == [Path("outputs"), Path("outputs/earlier")]
 
 
 def test_a_run_in_the_folder_of_a_refused_one_removes_its_record(files, tmp_path, capsys, monkeypatch):

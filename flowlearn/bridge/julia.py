@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -135,6 +137,31 @@ def julia_installed() -> bool:
         return False
 
 
+def julia_executable() -> str | None:
+    """The Julia that juliacall would start (or juliaup, which manages one), where juliapkg looks for one, without
+    importing juliacall; None where there is none.
+
+    The first ``import juliacall`` downloads a Julia where it finds none (minutes, or a failure offline), after a
+    warning about torch having been imported first: a run with ``solver=julia`` printed both before its own error
+    line. juliapkg takes, in this order, the executable configured (``PYTHON_JULIACALL_EXE``,
+    ``PYTHON_JULIAPKG_EXE`` or their ``-X`` options), the one it installed itself in the environment's Julia
+    project, a Julia that juliaup manages, and ``julia`` on PATH."""
+    for option in ("juliacall-exe", "juliapkg-exe"):
+        configured = sys._xoptions.get(option) or os.environ.get(f"PYTHON_{option.upper().replace('-', '_')}")
+        if isinstance(configured, str) and configured:
+            return configured  # juliacall's start-up says what is wrong with it, without downloading
+    try:
+        from juliapkg.state import STATE  # juliacall's dependency; importing it reads settings only
+    except ImportError:
+        STATE = {}
+    install = STATE.get("install")
+    installed = shutil.which(os.path.join(install, "bin", "julia")) if install else None
+    depot = STATE.get("depot") or os.path.join(os.path.expanduser("~"), ".julia")
+    managed = os.path.join(depot, "juliaup", "juliaup.json")  # the versions juliaup installed
+    juliaup = shutil.which("juliaup") or (managed if os.path.isfile(managed) else None)
+    return installed or juliaup or shutil.which("julia")
+
+
 def runtime(purpose: str = "julia2pytorch") -> _Runtime:
     """Start Julia once per process (import juliacall, load the glue) and return it.
 
@@ -148,6 +175,13 @@ def runtime(purpose: str = "julia2pytorch") -> _Runtime:
             if not julia_installed():
                 raise JuliaUnavailableError(
                     f"{purpose} needs Julia, but juliacall is not installed. {_INSTALL}"
+                )
+            if "juliacall" not in sys.modules and julia_executable() is None:
+                raise JuliaUnavailableError(
+                    f"{purpose} needs Julia, and none is installed where juliacall looks (PYTHON_JULIAPKG_EXE, "
+                    "juliapkg's own, juliaup, julia on PATH): download it once with python -c 'import juliacall' "
+                    "(minutes; it installs the Julia packages too), or set PYTHON_JULIAPKG_EXE=/path/to/julia; "
+                    "offline or on a cluster, see docs/bridges.md, Julia"
                 )
             try:
                 import juliacall

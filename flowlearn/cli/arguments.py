@@ -28,14 +28,40 @@ class Parser(argparse.ArgumentParser):
 
     argparse takes a word that starts with '-' for an option unless it looks like a plain negative number
     (``-2``, ``-0.5``, not ``-1e-5``), so ``--voxel-size -1e-5`` reads as an option without its value: the error
-    then says how to attach the value, after which the option's own range check answers."""
+    then says how to attach the value, after which the option's own range check answers.
+
+    An option of one or more numbers (``nargs="+"``, such as ``flowlearn generate --hurst LOW HIGH``) takes its
+    numbers only: argparse gave it every word up to the next option, so that ``--hurst 0.5 0.7 out.h5`` read the
+    output file as a third value (:meth:`_numbers_last`)."""
 
     def parse_known_args(
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         # Kept for error(); a subcommand's parser sees its own part of the command line.
         self._words = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(args, namespace)
+        return super().parse_known_args(self._numbers_last(self._words), namespace)
+
+    def _numbers_last(self, words: list[str]) -> list[str]:
+        """``words`` with each option of several numbers moved, with the numbers that follow it, behind the other
+        words (before a ``--``), so that argparse reads the words after its numbers as what they are: a positional
+        keeps its place among the other positionals."""
+        numeric = {
+            name
+            for action in self._actions
+            if action.nargs == "+" and action.type in (int, float)
+            for name in action.option_strings
+        }
+        moved: list[str] = []
+        kept: list[str] = []
+        index = 0
+        while index < len(words) and words[index] != "--":
+            end = index + 1
+            if words[index] in numeric:
+                while end < len(words) and is_number(words[end]):
+                    end += 1
+            (moved if words[index] in numeric else kept).extend(words[index:end])
+            index = end
+        return kept + moved + words[index:]
 
     def error(self, message: str) -> NoReturn:
         self.exit(

@@ -108,3 +108,15 @@ def csc_pattern(num_free, row_a, row_b):  # pragma: no cover - compiled
                 i -= 1
             indices[i], source[i] = row, value
     return indptr.astype(np.int32), indices, source
+
+
+def compiled() -> bool:
+    """Whether numba's cache (``__pycache__`` beside this file, or ``NUMBA_CACHE_DIR``) holds the assembly kernel
+    every solve runs, compiled from this source by an earlier process. Where it does not (a fresh clone, an edited
+    source), the first solve of a process compiles the kernels: 4-8 s on 2 cores, once.
+
+    Reads numba's own cache index (not a public API): where that fails, True, so that nothing is announced."""
+    try:
+        return bool(fill_matrix._cache._cache_file._load_index())
+    except Exception:  # numba's internals moved
+        return True

@@ -7,9 +7,11 @@ map can land on both sides: the held-out figures would then score a map the mode
 the first; :class:`Copies` finds them in the pass that validates every fracture before a run
 (:func:`flowlearn.data.files.validate_file`).
 
-Two fractures are copies where the Darcy problem on them is the same: the same aperture map (values compared as
-float64, so a copy stored in another precision counts), the same mask and the same flow axis. Their reference
-pressures are not compared: two references on one map would be two answers to one problem.
+Two fractures are copies where the Darcy problem on them is the same: the same aperture map, the same mask and the
+same flow axis. The apertures are compared rounded to float32, so that a copy stored in float32 (as the original
+layout of ``flowlearn convert --layout original`` stores every map) counts as one in float64, and leading axes of
+length 1 are left out, so that a map held as a volume one voxel deep counts too. Their reference pressures are not
+compared: two references on one map would be two answers to one problem.
 """
 
 from __future__ import annotations
@@ -54,13 +56,24 @@ class Copies:
         )
 
 
+def _squeezed(values: np.ndarray) -> np.ndarray:
+    """``values`` without its leading axes of length 1, down to a map (H, W)."""
+    while values.ndim > 2 and values.shape[0] == 1:
+        values = values[0]
+    return values
+
+
 def fingerprint(fracture: Fracture) -> bytes:
-    """16 bytes that identify the Darcy problem on ``fracture``: its flow axis, shape, aperture (as float64) and
-    mask."""
+    """16 bytes that identify the Darcy problem on ``fracture``: its flow axis, shape and aperture (rounded to
+    float32), both without leading axes of length 1, and mask."""
+    aperture = _squeezed(np.asarray(fracture.aperture))
     digest = hashlib.blake2b(digest_size=16)
-    digest.update(f"{fracture.flow_axis} {fracture.shape}".encode())
-    digest.update(np.ascontiguousarray(fracture.aperture, dtype=np.float64).tobytes())
+    digest.update(f"{fracture.flow_axis} {aperture.shape}".encode())
+    # float64 values rounded to float32 equal the float32 values of a copy made by that rounding, bit for bit.
+    # Apertures beyond float32's range (1e300 m: another unit, refused later by name) become inf without a warning.
+    with np.errstate(over="ignore"):
+        digest.update(np.ascontiguousarray(aperture, dtype=np.float32).tobytes())
     # A mask that leaves out nothing poses the problem of no mask.
     if fracture.mask is not None and not np.all(fracture.mask):
-        digest.update(np.ascontiguousarray(fracture.mask, dtype=bool).tobytes())
+        digest.update(np.ascontiguousarray(_squeezed(np.asarray(fracture.mask)), dtype=bool).tobytes())
     return digest.digest()

@@ -81,26 +81,33 @@ def find_fractures(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> li
 
 
 def split_fractures(
-    refs: Sequence[FractureRef], fractions: tuple[float, float, float], seed: int
+    refs: Sequence[FractureRef],
+    fractions: tuple[float, float, float],
+    seed: int,
+    limit: int | None = None,
 ) -> tuple[list[FractureRef], list[FractureRef], list[FractureRef]]:
     """Deterministic train/val/test split by fracture.
 
     The fractures are sorted by key and permuted with ``numpy.random.default_rng(seed)``, so the split depends only
     on the set of keys and the seed, not on file order. Each part with a positive fraction gets at least one
-    fracture when there are enough; the three parts are disjoint and together hold every fracture.
+    fracture when there are enough; the three parts are disjoint and together hold every fracture, or the first
+    ``limit`` of the permutation where ``limit`` is given (a quick run on a few of them, drawn at random).
     """
     if len(fractions) != 3 or any(f < 0 for f in fractions) or not np.isclose(sum(fractions), 1.0):
         raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {fractions}")
     ordered = sorted(refs, key=lambda r: r.key)
     if len({r.key for r in ordered}) != len(ordered):
         raise ValueError("fracture keys (file stem/group) must be unique across files")
-    n = len(ordered)
+    n = len(ordered) if limit is None else min(limit, len(ordered))
     # Val and test get at least one fracture each when asked for and there are enough; train takes the rest.
     n_val, n_test = (max(round(f * n), 1 if f > 0 and n >= 3 else 0) for f in fractions[1:])
     counts = [n - n_val - n_test, n_val, n_test]
     if counts[0] < 0 or (fractions[0] > 0 and counts[0] == 0):
-        raise ValueError(f"{n} fractures are too few for the split fractions {fractions}")
-    order = np.random.default_rng(seed).permutation(n)
+        raise ValueError(
+            f"{n} fractures are too few for the split fractions {fractions}: validation takes {n_val} and test "
+            f"{n_test} (each part with a fraction > 0 at least one), which leaves {max(counts[0], 0)} for training"
+        )
+    order = np.random.default_rng(seed).permutation(len(ordered))[:n]
     parts = np.split(order, np.cumsum(counts)[:2])
     train, val, test = ([ordered[i] for i in sorted(part)] for part in parts)
     return train, val, test
@@ -303,6 +310,7 @@ class FractureDataModule(L.LightningDataModule):
         slope_smoothing: the width (full width at half maximum), in mean apertures, of the Gaussian that smooths
             the mid-surface before its slope makes the inclination tensor (:mod:`flowlearn.fractures.inclination`); 0 for
             none.
+        max_fractures: split only this many of the fractures, drawn at random with ``seed`` (None: all of them).
     """
 
     def __init__(
@@ -316,6 +324,7 @@ class FractureDataModule(L.LightningDataModule):
         num_workers: int = 0,
         inputs: Sequence[str] = DEFAULT_INPUTS,
         slope_smoothing: float = SMOOTHING,
+        max_fractures: int | None = None,
     ) -> None:
         super().__init__()
         self.paths = [path] if isinstance(path, str | os.PathLike) else list(path)
@@ -327,12 +336,15 @@ class FractureDataModule(L.LightningDataModule):
         self.num_workers = num_workers
         self.inputs = check_input_names(inputs)
         self.slope_smoothing = slope_smoothing
+        self.max_fractures = max_fractures
         self.splits: dict[str, FractureDataset] = {}
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:
             return
-        train, val, test = split_fractures(find_fractures(self.paths), self.fractions, self.seed)
+        train, val, test = split_fractures(
+            find_fractures(self.paths), self.fractions, self.seed, limit=self.max_fractures
+        )
         self.splits = {
             name: FractureDataset(
                 refs, self.heads, self.dtype, inputs=self.inputs, slope_smoothing=self.slope_smoothing

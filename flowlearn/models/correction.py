@@ -39,6 +39,7 @@ class PixelCorrection(nn.Module):
 
     # Only the shape of the inputs matters, and every fracture has the aperture.
     inputs = DEFAULT_INPUTS
+    config_name = "pixel"  # the model's name in configs/model
 
     def __init__(self, shape: tuple[int, ...], initial: float = 0.0) -> None:
         super().__init__()
@@ -58,7 +59,7 @@ class PixelCorrection(nn.Module):
     @property
     def description(self) -> str:
         """What the weights fit: the model and the options that shape them, as a config would say them."""
-        return f"model=pixel (shape {list(self.shape)})"
+        return f"model={self.config_name} (shape {list(self.shape)})"
 
 
 def _convolution(dim: int) -> type[nn.Module]:

@@ -80,7 +80,9 @@ def build_correction(
     if len(dims) != 1:
         raise ConfigError(f"the training fractures mix 2D and 3D shapes: {shapes}")
     dim = dims.pop()
-    needed = check_network_size(model_cfg, dim, shapes, batch_size, dtype)
+    # A batch holds no more fractures than the training split has, whatever data.batch_size asks for (100,000 on 6
+    # fractures had been refused as needing 4.57e3 GiB).
+    needed = check_network_size(model_cfg, dim, shapes, min(batch_size, len(train_refs)), dtype)
     if KEPT_HEAP_GROWTH * needed > available_memory() and stop_keeping_freed_memory():
         log.info(
             "the model needs about %.3g GiB to train, and up to %.3g times that with the memory it frees kept for "
@@ -258,6 +260,15 @@ def load_run(
     if target is None:
         raise RunDirectoryError(
             f"{config_path}: the run's model ({cfg.model._target_}) does not exist in this flowlearn"
+        )
+    weights = "correction.raw" if target is PixelCorrection else "correction.head.weight"
+    if weights not in state:
+        # Another kind of model (a pixel model's checkpoint in a network's run, or the reverse): its weights give
+        # neither the shape nor the dimension to build this run's model with, so this comes before check_checkpoint.
+        trained = record.get("model", "another kind of model")
+        raise CheckpointError(
+            f"{checkpoint} was trained with {trained}, and {config_path} has model={target.config_name}: use a "
+            f"checkpoint of a run with model={target.config_name}, or the run of this checkpoint"
         )
     if target is PixelCorrection:
         shape = tuple(state["correction.raw"].shape)

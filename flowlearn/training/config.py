@@ -373,6 +373,7 @@ def validate_config(cfg: DictConfig) -> None:
     _integer(cfg, "data.seed", low=0, high=MAX_SEED)
     # data
     _positive(cfg, "data.batch_size", integer=True)
+    _positive(cfg, "data.max_fractures", integer=True)
     # Each worker is a process: more than the cores only wait on each other (1,000 hung the machine).
     _integer(cfg, "data.num_workers", low=0, high=usable_cores())
     _number(cfg, "data.slope_smoothing", 0, strict=False, high=MAX_SLOPE_SMOOTHING)

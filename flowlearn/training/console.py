@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
+
+import lightning as L
 
 # The logger of Lightning's rank-zero messages (the hardware lines, its tips).
 _RANK_ZERO_LOGGER = "lightning.pytorch.utilities.rank_zero"
@@ -35,3 +38,16 @@ def quiet_lightning() -> None:
     warnings.filterwarnings(
         "ignore", message=r"The `srun` command is available on your system but is not used"
     )
+
+
+class FreshLineOnError(L.Callback):
+    """End the progress bar's line when training or the test stops on an error: the bar (on stdout) leaves the
+    cursor at its end, and the error's one line (on stderr) had been printed on it, after the bar's last
+    numbers."""
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        bar = trainer.progress_bar_callback
+        if bar is not None and bar.is_enabled and trainer.is_global_zero:
+            print(file=sys.stdout, flush=True)

@@ -59,6 +59,11 @@ log = logging.getLogger(__name__)
 # An epoch's mean training loss this many times the lowest so far: the optimiser has been thrown out of the basin
 # it was descending (a pressure MSE is bounded, so a diverging run shows as a jump rather than as infinity).
 EXPLODING_LOSS = 1e3
+# An epoch's mean training loss this many times the first epoch's, which is about the loss of the closed form the
+# model starts from: a healthy run never ends up far worse than where it began, however low it got in between
+# (against its lowest, a spike of a well-fitted model is not divergence). The pixel model at optimizer.lr=30 rose
+# 440-470 times above it and stayed there, below EXPLODING_LOSS, to the end of training.
+RISEN_LOSS = 1e2
 # A loss too small to judge divergence by: pressure errors of 1e-4 of the head drop, a hundredth of the LBM
 # references' own discretisation error (percents). Below it a rise is noise: on parallel plates, which the LCL fits
 # exactly, Adam's steps took the loss from 4e-30 to 1e-8 in four epochs, "a million times its lowest".
@@ -71,6 +76,27 @@ TRAINING_DATA = "training_data"
 _BASELINE_METRICS = frozenset(metric_name(m.name, b) for b in BASELINE_NAMES for m in METRICS)
 # Every metric a stage logs, the model's then each baseline's: its reduction over the fractures, by name.
 _COLUMNS = {metric_name(m.name, b): m.reduce for b in (None, *BASELINE_NAMES) for m in METRICS}
+
+
+def _some(names: set[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``names`` in order, and "..." where there are more."""
+    ordered = sorted(names)
+    return ", ".join(ordered[:shown]) + (", ..." if len(ordered) > shown else "")
+
+
+def _check_flow_direction(flow_rate: torch.Tensor, batch: dict) -> None:
+    """Raise :class:`SolutionError` where a fracture's outlet flow rate (B,) is zero or runs against its head drop.
+
+    A solve that passed the maximum-principle check can still carry no flow worth the name: conductivities that
+    close a band across the map by tens of decades leave the outlet flux at round-off, -5e-25 against a reference
+    of 3e-14. predictions.h5 refused such a rate when read back, which named the file instead of the model."""
+    drops = (batch["inlet_pressure"] - batch["outlet_pressure"]).tolist()
+    for name, rate, drop in zip(batch["name"], flow_rate.tolist(), drops, strict=True):
+        if math.isfinite(rate) and (rate == 0 or (rate > 0) != (drop > 0)):
+            raise SolutionError(
+                f"fracture {name}: the outlet flow rate is {rate:.3g}, against a head drop of {drop:g}: the "
+                "conductivities span more than float64 resolves along the flow"
+            )
 
 
 class FractureFlowModule(L.LightningModule):
@@ -123,9 +149,10 @@ class FractureFlowModule(L.LightningModule):
         # The value of each baseline metric of training and validation when last logged, by column: the baselines
         # do not learn, so their metrics repeat epoch after epoch, and are logged again only when they change.
         self._logged_baselines: dict[str, float] = {}
-        # Training loss of the current epoch (summed over fractures) and the lowest epoch mean so far.
+        # Training loss of the current epoch (summed over fractures), the first epoch's mean and the lowest so far.
         self._epoch_losses: list[float] = []
         self._epoch_fractures = 0
+        self._first_loss = math.inf
         self._lowest_loss = math.inf
         # ModuleDict keys may not shadow Module attributes such as ``train``: hence "<stage>_metrics".
         self.metrics = nn.ModuleDict({f"{stage}_metrics": EpochMetrics(_COLUMNS) for stage in STAGES})
@@ -174,6 +201,22 @@ class FractureFlowModule(L.LightningModule):
                 f"{keys} that run had"
             )
 
+    def check_optimizer_state(self, checkpoint: dict, where: str) -> None:
+        """Raise :class:`CheckpointError` naming ``where`` when ``checkpoint`` (as loaded) holds the state of
+        another optimizer than this module's: torch loads one optimizer's settings into another without a word,
+        and the first step then failed on a setting it lacks (``KeyError: 'damping'``, resuming Adam's checkpoint
+        with Gauss–Newton). Settings that only one of two versions of an optimizer has (torch adds some) pass."""
+        optimizer = self.build_optimizer()
+        mine = set(optimizer.param_groups[0]) - {"params"}
+        for state in checkpoint.get("optimizer_states") or []:
+            theirs = {key for group in state.get("param_groups", []) for key in group} - {"params"}
+            if theirs - mine and mine - theirs:
+                raise CheckpointError(
+                    f"{where} holds the state of another optimizer (with {_some(theirs - mine)}) than this run's "
+                    f"{type(optimizer).__name__} (with {_some(mine - theirs)}): resume with the optimizer that run "
+                    "had (optimizer= in its .hydra/config.yaml)"
+                )
+
     # -- the forward model -------------------------------------------------------------------------------------
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
@@ -200,6 +243,7 @@ class FractureFlowModule(L.LightningModule):
                     for i, problem in enumerate(problems)
                 ]
             )
+            _check_flow_direction(flow_rate, batch)
         else:
             flow_rate = torch.full((len(problems),), math.nan, dtype=torch.float64, device=pressure.device)
         return {
@@ -284,7 +328,7 @@ class FractureFlowModule(L.LightningModule):
             # law's break the solve too (a test fracture that training never met), else from training.
             if not self.global_step or self._untrained_breaks_solve(batch):
                 raise
-            raise self._diverged(f"the model's conductivities broke the solve: {error}") from error
+            raise self.diverged(f"the model's conductivities broke the solve: {error}") from error
         predicted = fields["pressure"]
         reference = batch["pressure"].to(torch.float64)
         reference_flow_rate = batch["flow_rate"].to(torch.float64)
@@ -302,7 +346,7 @@ class FractureFlowModule(L.LightningModule):
         )
         if not torch.isfinite(loss):
             if self.global_step:
-                raise self._diverged(f"the {stage} loss is {float(loss)}")
+                raise self.diverged(f"the {stage} loss is {float(loss)}")
             raise FloatingPointError(
                 f"non-finite {stage} loss before training, fractures {list(batch['name'])}: check the aperture "
                 "and pressure fields of these fractures"
@@ -347,7 +391,7 @@ class FractureFlowModule(L.LightningModule):
             return True
         return False
 
-    def _diverged(self, what: str) -> DivergenceError:
+    def diverged(self, what: str) -> DivergenceError:
         """The error of a run that diverged, naming the learning rate to lower (the damping to raise, for
         Gauss–Newton)."""
         optimizers = self.trainer.optimizers if self._trainer is not None else []
@@ -359,16 +403,24 @@ class FractureFlowModule(L.LightningModule):
         )
 
     def _check_divergence(self) -> None:
-        """Raise when this epoch's mean training loss exceeds :data:`EXPLODING_LOSS` times the lowest so far."""
+        """Raise when this epoch's mean training loss exceeds :data:`EXPLODING_LOSS` times the lowest so far, or
+        :data:`RISEN_LOSS` times the first epoch's."""
         if not self._epoch_fractures:
             return
         loss = sum(self._epoch_losses) / self._epoch_fractures
         self._epoch_losses, self._epoch_fractures = [], 0
         if loss > EXPLODING_LOSS * max(self._lowest_loss, NEGLIGIBLE_LOSS):
-            raise self._diverged(
+            raise self.diverged(
                 f"the training loss rose to {loss:.3g}, {loss / self._lowest_loss:.3g} times its lowest "
                 f"({self._lowest_loss:.3g})"
             )
+        if loss > RISEN_LOSS * max(self._first_loss, NEGLIGIBLE_LOSS):
+            raise self.diverged(
+                f"the training loss rose to {loss:.3g}, {loss / self._first_loss:.3g} times the first epoch's "
+                f"({self._first_loss:.3g})"
+            )
+        if math.isinf(self._first_loss):
+            self._first_loss = loss
         self._lowest_loss = min(self._lowest_loss, loss)
 
     def _log_epoch(self, stage: str) -> None:

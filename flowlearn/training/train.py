@@ -20,22 +20,24 @@ from hydra.utils import instantiate, to_absolute_path
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
+from flowlearn.darcy import kernels
 from flowlearn.data.copies import Copies
-from flowlearn.data.datamodule import FractureDataset
+from flowlearn.data.datamodule import FractureDataset, find_fractures, split_fractures
 from flowlearn.data.files import list_fractures, read_fracture, validate_file
 from flowlearn.data.inputs import NO_VOXEL_SIZE, NO_WALLS, missing_geometry, require_inputs
 from flowlearn.data.provenance import recorded_error
 from flowlearn.data.schema import Fracture
-from flowlearn.errors import ConfigError
+from flowlearn.errors import ConfigError, SolutionError
 from flowlearn.fractures.statistics import aperture_statistics, statistic_ranges
 from flowlearn.metrics import LOSS
 from flowlearn.models.laws import PermeabilityLaw
 from flowlearn.training.build import build_correction, model_dtype, model_inputs
 from flowlearn.training.checkpoints import prepare_outputs
 from flowlearn.training.config import check_run_groups, validate_config
-from flowlearn.training.console import quiet_lightning
+from flowlearn.training.console import FreshLineOnError, quiet_lightning
 from flowlearn.training.module import FractureFlowModule
 from flowlearn.training.predictions import write_predictions
+from flowlearn.training.sigterm import StopOnSigterm
 
 log = logging.getLogger(__name__)
 
@@ -104,17 +106,41 @@ def check_inputs(cfg: DictConfig) -> None:
     for path in paths:
         validate_file(path, require_pressure=True, check=check)
     copies.check()
+    try:
+        limit = OmegaConf.select(cfg, "data.max_fractures")
+        split_fractures(find_fractures(paths), tuple(cfg.data.fractions), cfg.data.seed, limit=limit)
+    except ValueError as error:
+        raise ConfigError(
+            f"data.fractions: {error}; raise the training fraction, e.g. data.fractions=[0.75,0.125,0.125]"
+        ) from None
     require_inputs(paths, model_inputs(cfg.model), needed_by="model.inputs asks for")
+
+
+def _preparing(paths: list[str]) -> str:
+    """The line that says what happens before the first progress bar, for the data files ``paths``: seconds,
+    and on the first run of a copy of flowlearn about ten more, in which numba compiles the solver's kernels."""
+    count = sum(len(list_fractures(path)) for path in paths)
+    line = (
+        f"preparing: {count} fractures of {', '.join(map(str, paths))} checked; building the model and the solver, "
+        "fitting the power-law baseline"
+    )
+    if not kernels.compiled():
+        line += (
+            "; the first solves compile the solver's kernels (numba), about 10 s on this first run, cached in "
+            f"{Path(kernels.__file__).parent / '__pycache__'} for the next ones"
+        )
+    return line
 
 
 def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     quiet_lightning()
     check_inputs(cfg)
+    paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
+    cfg.data.path = [to_absolute_path(str(p)) for p in paths]
+    log.info(_preparing(list(cfg.data.path)))
     # A missing backend (Julia, GPU) or an engine option out of its range fails here, before the data loads.
     solver = instantiate(cfg.solver)
     L.seed_everything(cfg.seed, workers=True, verbose=False)  # the seed is in the run's config
-    paths = cfg.data.path if OmegaConf.is_list(cfg.data.path) else [cfg.data.path]
-    cfg.data.path = [to_absolute_path(str(p)) for p in paths]
     datamodule = instantiate(cfg.data, inputs=list(model_inputs(cfg.model)))
     datamodule.setup("fit")
     train_shapes = sorted({ref.shape for ref in datamodule.splits["train"].refs})
@@ -148,6 +174,8 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
 
     # A callback set to null is left out (`callbacks.figures=null`), as in lightning-hydra-template.
     callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]
+    # Not choices: without them a multi-process run hangs on SIGTERM, and an error is printed on the bar's line.
+    callbacks += [StopOnSigterm(), FreshLineOnError()]
     logger = instantiate(cfg.logger)
     no_validation = _no_validation(cfg, len(datamodule.splits["val"].refs))
     if no_validation:
@@ -158,6 +186,7 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     resumed = prepare_outputs(run_dir, callbacks, logger, ckpt_path)
     if resumed is not None:
         module.check_checkpoint(resumed, f"ckpt_path: {ckpt_path}")
+        module.check_optimizer_state(resumed, f"ckpt_path: {ckpt_path}")
     # Without validation fractures, no validation loop (Lightning would warn of its empty loader every epoch).
     options = {"limit_val_batches": 0} if not datamodule.splits["val"].refs else {}
     # Without its callback, no checkpoints and no progress bar: Lightning would otherwise add its own defaults.
@@ -175,7 +204,12 @@ def _train(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
         trainer.test(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
-        write_predictions(module, datamodule.splits.items(), run_dir / "predictions.h5")
+        try:
+            write_predictions(module, datamodule.splits.items(), run_dir / "predictions.h5")
+        except SolutionError as error:
+            # Every fracture was solved under the law before training (the test's before the test ran): a solve that
+            # breaks now breaks on the trained weights.
+            raise module.diverged(f"the trained model's conductivities broke the solve: {error}") from error
     return metrics
 
 
