@@ -170,3 +170,33 @@ def test_a_refined_fracture_records_the_change_of_its_flow_rate_at_2x():
     expected = plates_refinement_change()  # -2.27 %
     change = fracture.provenance["convergence"]["flow_rate_change"]
     assert change == pytest.approx(expected, abs=2e-3)
+
+
+def test_a_small_count_says_which_fractures_are_exact_cases_and_records_only_what_shaped_them(
+    tmp_path, capsys
+):
+    # The published recipe's first five of every 32 are exact cases: --count 1 makes one flat plate, which is said,
+    # and whose provenance records none of the recipe's draws (a plate is its mean aperture alone).
+    require_lbm()
+    output = tmp_path / "one.h5"
+    assert main(["generate", str(output), "--count", "1", "--threads", "1", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "note: 1 of the 1 fractures are exact cases (0 parallel), not rough; --special-every 0" in err
+    (fracture,) = read_fractures(output)
+    assert fracture.provenance["roughness"]["kind"] == "parallel"
+    assert fracture.provenance["dataset"] == {"index": 0, "drawn": {}}
+
+
+def test_what_shaped_each_kind_of_fracture():
+    from flowlearn.fractures.recipes import Published
+
+    recipe = Published()
+    drawn = recipe.draws(0, 40)  # index 40 of a block of 32: a rough one
+    assert recipe.shaping(1, drawn) == {"mid_slope": drawn["mid_slope"]}  # tilted along the flow
+    assert "mid_slope" not in recipe.shaping(3, drawn)  # a flat mid-surface
+    rough = recipe.shaping(40, drawn)
+    # With contacts the closure rescales the open gap's spread away; without, it shapes the gap.
+    assert ("aperture_std" in rough) == (drawn["contact_fraction"] == 0)
+    assert recipe.shaping(40, {**drawn, "contact_fraction": 0.0})["aperture_std"] == drawn["aperture_std"]
+    assert list(recipe.exact_cases(40)) == [0, 1, 2, 3, 4, 32, 33, 34, 35, 36]
+    assert Published(special_every=0).exact_cases(40) == {}

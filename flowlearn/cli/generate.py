@@ -11,7 +11,7 @@ from flowlearn.checks import (
     check_cores,
     check_setting,
 )
-from flowlearn.cli.arguments import as_typed, from_options, one_or_pair, path_text, voxel_range
+from flowlearn.cli.arguments import as_typed, from_options, note, one_or_pair, path_text, voxel_range
 from flowlearn.errors import (
     ReferenceConvergenceError,
     SettingError,
@@ -61,6 +61,14 @@ def run_generate(args: argparse.Namespace) -> int:
         check_cores("--threads", args.threads)
         check_cores("--processes", args.processes)
     check_writable(args.output)
+    exact = recipe.exact_cases(config.count)
+    if exact:
+        kinds = ", ".join(f"{index} {kind.replace('_', ' ')}" for index, kind in list(exact.items())[:5])
+        more = f" and {len(exact) - 5} more" if len(exact) > 5 else ""
+        note("generate")(
+            f"{len(exact)} of the {config.count} fractures are exact cases ({kinds}{more}), not rough; "
+            "--special-every 0 makes rough ones only"
+        )
     if slurm is None:
         try:
             summary = generate_dataset(config, args.output, processes=args.processes, progress=not args.quiet)
@@ -87,7 +95,8 @@ _RECIPE_OPTIONS = {
     "contact_fraction": "share of the map where the walls touch (by closure)",
     "mismatch_ratio": "mismatch length over the mean aperture (log-uniform draw)",
     "mid_slope": "rms slope of the mid-surface smoothed over the mean aperture",
-    "special_every": "of every this many fractures, five are exact cases (0: none)",
+    "special_every": "of every this many fractures, the first five are exact cases (plates flat and tilted, two flat "
+    "mid-surfaces; a note says which of yours are; 0: none)",
     "rms_ratio": "rms height of each wall over the mean aperture",
     "mismatch_length": "the walls match above this wavelength (voxels)",
     "wavelength_ratio": "shortest roughness wavelength over the mean aperture",

@@ -101,6 +101,15 @@ class Recipe(ABC):
         """One index of each kind of fracture the recipe makes (each kind may check its settings differently)."""
         return (0,)
 
+    def shaping(self, index: int, drawn: dict[str, float]) -> dict[str, float]:
+        """The draws of fracture ``index`` (:meth:`draws`) that shape it: what its provenance records (every one,
+        unless a recipe's exact cases or contacts leave some unused)."""
+        return dict(drawn)
+
+    def exact_cases(self, count: int) -> dict[int, str]:
+        """The exact cases among fractures 0 … ``count`` − 1, by index: their kind."""
+        return {i: self.kind(i) for i in range(count) if self.kind(i) != "rough"}
+
     def kind(self, index: int) -> str:
         """What fracture ``index`` is: one of :data:`flowlearn.fractures.closure.KINDS` (all rough, unless a recipe makes
         exact cases too)."""
@@ -193,6 +202,23 @@ class Published(Recipe):
         if self.special_every and index % self.special_every < len(self.SPECIAL):
             return self.SPECIAL[index % self.special_every]
         return "rough"
+
+    def shaping(self, index: int, drawn: dict[str, float]) -> dict[str, float]:
+        # Parallel plates are their mean aperture alone, tilted ones their slope too; a flat mid-surface has no
+        # slope to draw; with contacts, the closure rescales the open gap's spread away (closed_fracture).
+        kind = self.kind(index)
+        if kind == "parallel":
+            return {}
+        if kind in ("tilted_along", "tilted_across"):
+            return {"mid_slope": drawn["mid_slope"]}
+        used = {
+            name: value
+            for name, value in drawn.items()
+            if not (kind == "flat_mid_surface" and name == "mid_slope")
+        }
+        if used.get("contact_fraction", 0.0) > 0:
+            used.pop("aperture_std", None)
+        return used
 
     def params(
         self, shape: tuple[int, int], mean_aperture: float, seed: int, index: int, drawn: dict[str, float]

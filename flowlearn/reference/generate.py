@@ -241,7 +241,10 @@ def _make(config: DatasetConfig, index: int, lbm: LBMSettings) -> Fracture:
         ) from err
     except ReferenceConvergenceError as err:
         raise ReferenceConvergenceError(f"{fracture_name(index)}: {err}") from err
-    fracture.provenance["dataset"] = {"index": index, "drawn": config.draws(index)}
+    fracture.provenance["dataset"] = {
+        "index": index,
+        "drawn": config.recipe.shaping(index, config.draws(index)),
+    }
     if config.refine_every and index % config.refine_every == 0:
         change = refinement_change(walls.bottom, walls.top, fracture.flow_rate / config.voxel_size**3, lbm)
         fracture.provenance["convergence"] = measured_convergence(change)
