@@ -140,7 +140,7 @@ def test_debug_fdr_runs_one_batch_of_each_loop_on_the_embedded_dataset(tmp_path)
     epochs, loss = metric_series(read_metrics(tmp_path), "train/loss")
     assert list(epochs) == [0] and len(loss) == 1
     output = result.stdout + result.stderr
-    assert "done: test split, medians over 2 fractures" in output
+    assert "done: test, 2 fractures: beats " in output
     # Before the first progress bar, a line says what start-up is doing (the 96 fractures of the file are checked).
     assert output.index(f"preparing: 96 fractures of {EMBEDDED} checked") < output.index("Epoch 0")
     with h5py.File(tmp_path / "predictions.h5") as f:
