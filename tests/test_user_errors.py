@@ -269,6 +269,8 @@ CONFIG_ROWS = [
         "optimizer=gauss_newton runs in one process: its steps need the residuals of the whole batch, which "
         "trainer.devices=2 processes would split; use trainer=default",
     ),
+    # Without Julia (or juliacall): one line saying how to get it, before juliacall could warn or download anything.
+    ("solver=julia", "solver=julia needs Julia"),
     ("seed=4294967296", "seed must be an integer in [0, 4294967295], got 4294967296"),
     ("data.batch_size=2.5", "data.batch_size must be a positive integer, got 2.5"),
     ("data.batch_size=0", "data.batch_size must be a positive integer, got 0"),
