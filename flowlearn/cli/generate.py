@@ -61,14 +61,6 @@ def run_generate(args: argparse.Namespace) -> int:
         check_cores("--threads", args.threads)
         check_cores("--processes", args.processes)
     check_writable(args.output)
-    exact = recipe.exact_cases(config.count)
-    if exact:
-        kinds = ", ".join(f"{index} {kind.replace('_', ' ')}" for index, kind in list(exact.items())[:5])
-        more = f" and {len(exact) - 5} more" if len(exact) > 5 else ""
-        note("generate")(
-            f"{len(exact)} of the {config.count} fractures are exact cases ({kinds}{more}), not rough; "
-            "--special-every 0 makes rough ones only"
-        )
     if slurm is None:
         try:
             summary = generate_dataset(config, args.output, processes=args.processes, progress=not args.quiet)
@@ -84,6 +76,15 @@ def run_generate(args: argparse.Namespace) -> int:
             config, args.output, slurm, wait=not args.no_wait, progress=not args.quiet
         )
     print(json.dumps(summary, indent=2))
+    # Said once the fractures are made, so that an error that stops the run stays its only line.
+    exact = recipe.exact_cases(config.count)
+    if exact:
+        kinds = ", ".join(f"{index} {kind.replace('_', ' ')}" for index, kind in list(exact.items())[:5])
+        more = f" and {len(exact) - 5} more" if len(exact) > 5 else ""
+        note("generate")(
+            f"{len(exact)} of the {config.count} fractures are exact cases ({kinds}{more}), not rough; "
+            "--special-every 0 makes rough ones only"
+        )
     return 0
 
 
