@@ -100,3 +100,22 @@ def plates_refinement_change(b: float = PLATES_GAP) -> float:
     parabola, and the lattice's flux is their sum, b³/12 + b/24 (per unit of the force over the viscosity), so
     refining the grid 2× changes it by [(8b³/12 + 2b/24)/8] / (b³/12 + b/24) - 1 (the 1× flux is 1/(2b²) high)."""
     return (8 * b**3 / 12 + 2 * b / 24) / 8 / (b**3 / 12 + b / 24) - 1
+
+
+# The LBM's SLURM arrays of tests/test_generate_slurm.py and tests/test_reference_slurm.py: two tasks of one CPU and
+# 1 GB each, which both fit the test node (4 CPUs, 4 GB) at once.
+ARRAY = ["--slurm", "--tasks", "2", "--cpus-per-task", "1", "--mem-gb", "1", "--timeout-min", "10"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The one-node SLURM cluster of tests/slurm_cluster.py, one per module, for tests that run the LBM on it
+    (skipped, saying why, where the cluster or lbmpy cannot run)."""
+    from slurm_cluster import slurm_cluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    require_lbm()
+    with slurm_cluster(cpus=4) as running:
+        yield running

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require_lbm
-from slurm_cluster import SlurmCluster, slurm_cluster, unavailable_reason
+from conftest import ARRAY
+from slurm_cluster import SlurmCluster
 
 from flowlearn.cli import main
 from flowlearn.data.files import read_fractures
@@ -32,18 +32,6 @@ TINY = [
     "--count", "4", "--shape", "8", "24", "--mean-aperture", "4", "--recipe", "winding", "--rms-ratio", "0.2", "0.3",
     "--wavelength-ratio", "1", "2", "--mismatch-length", "8", "12", "--seed", "3", "--tolerance", "1e-5", "--quiet",
 ]  # fmt: skip
-# Two tasks of one CPU and 1 GB each: both fit the test node (4 CPUs, 4 GB) at once.
-ARRAY = ["--slurm", "--tasks", "2", "--cpus-per-task", "1", "--mem-gb", "1", "--timeout-min", "10"]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> SlurmCluster:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    require_lbm()
-    with slurm_cluster(cpus=4) as running:
-        yield running
 
 
 def command(output: Path, *options: str) -> list[str]:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import require_lbm
-from slurm_cluster import SlurmCluster, slurm_cluster, unavailable_reason
+from conftest import ARRAY
+from slurm_cluster import SlurmCluster
 
 from flowlearn.cli import main
 from flowlearn.data.files import read_fractures, write_fractures
@@ -24,17 +24,6 @@ from flowlearn.data.schema import Fracture
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[1]
-ARRAY = ["--slurm", "--tasks", "2", "--cpus-per-task", "1", "--mem-gb", "1", "--timeout-min", "10"]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> SlurmCluster:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    require_lbm()
-    with slurm_cluster(cpus=4) as running:
-        yield running
 
 
 def _maps(path: Path) -> Path:
