@@ -968,6 +968,33 @@ GENERATE_ROWS = [
         marks=pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="cupy is installed"),
     ),
     (["--unknown"], "unrecognized arguments: --unknown"),
+    # The Stokes reference: its meshes, its tolerance, and what it cannot be combined with.
+    (["--reference", "fem"], "argument --reference: invalid choice: 'fem' (choose from 'lbm', 'stokes')"),
+    (
+        ["--reference", "stokes", "--stokes-cells-per-voxel", "2", "1"],
+        "--stokes-cells-per-voxel must be two integers r1 < r2, r1 >= 1 (the coarser and the finer mesh), got (2, 1)",
+    ),
+    (
+        ["--reference", "stokes", "--stokes-cells-per-voxel", "0", "2"],
+        "--stokes-cells-per-voxel must be two integers r1 < r2, r1 >= 1",
+    ),
+    (["--stokes-cells-per-voxel", "1"], "argument --stokes-cells-per-voxel: expected 2 arguments"),
+    (
+        ["--reference", "stokes", "--stokes-tolerance", "1e-3"],
+        "--stokes-tolerance must be at most 1e-4: the flow rate is not steady to the extrapolation's accuracy "
+        "above, got 0.001",
+    ),
+    (["--reference", "stokes", "--stokes-tolerance", "0"], "--stokes-tolerance must be in (0, 1), got 0.0"),
+    (["--reference", "stokes", "--stokes-tolerance", "nan"], "--stokes-tolerance must be in (0, 1), got nan"),
+    (["--reference", "stokes", "--stokes-relaxation", "0"], "--stokes-relaxation must be in (0, 1], got 0.0"),
+    (
+        ["--reference", "stokes", "--stokes-relaxation", "1.5"],
+        "--stokes-relaxation must be in (0, 1], got 1.5",
+    ),
+    (
+        ["--reference", "stokes", "--refine-every", "4"],
+        "--refine-every must be 0 with the stokes reference, which extrapolates from two meshes of its own",
+    ),
 ]
 
 

@@ -44,7 +44,14 @@ def run_generate(args: argparse.Namespace) -> int:
         }
         recipe = recipe_class(**given)
         lbm = from_options(LBMSettings, args)
-        config = from_options(DatasetConfig, args, shape=tuple(args.shape), lbm=lbm, recipe=recipe)
+        config = from_options(
+            DatasetConfig,
+            args,
+            shape=tuple(args.shape),
+            lbm=lbm,
+            recipe=recipe,
+            stokes=_stokes_settings(args),
+        )
         check_setting(args.processes >= 1, "processes", "must be an integer >= 1", args.processes)
     except SettingError as err:
         # The settings name their fields; on the command line they are options.
@@ -86,6 +93,20 @@ def run_generate(args: argparse.Namespace) -> int:
             "--special-every 0 makes rough ones only"
         )
     return 0
+
+
+def _stokes_settings(args: argparse.Namespace) -> object:
+    """The ``stokes`` reference's settings from the ``--stokes-*`` options; a refused one named as its option."""
+    from flowlearn.reference.wall_reference import WallReferenceSettings
+
+    try:
+        return WallReferenceSettings(
+            cells_per_voxel=tuple(args.stokes_cells_per_voxel),
+            tolerance=args.stokes_tolerance,
+            relaxation=args.stokes_relaxation,
+        )
+    except SettingError as err:
+        raise SettingError(f"stokes_{err.field}", err.problem) from err
 
 
 # The recipes' settings as options of ``flowlearn generate``: name -> what it sets. Ranged settings take one value or
@@ -156,6 +177,39 @@ def generate_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="every N-th fracture also runs on the 2x grid and records its flow rate's change (0: none; each costs "
         "about 17x)",
+    )
+    from flowlearn.reference.generate import REFERENCES
+    from flowlearn.reference.wall_reference import WallReferenceSettings
+
+    w = WallReferenceSettings()
+    g = p.add_argument_group("reference")
+    g.add_argument(
+        "--reference",
+        choices=REFERENCES,
+        default=d.reference,
+        help="what solves each fracture's flow: lbm (the LBM on the voxelised walls; the --omega ... options) or "
+        "stokes (OpenFOAM on meshes fitted to the smooth walls at two resolutions, the flow rate extrapolated; "
+        "converged where the LBM is not, see docs/data.md)",
+    )
+    g.add_argument(
+        "--stokes-cells-per-voxel",
+        type=int,
+        nargs=2,
+        default=list(w.cells_per_voxel),
+        metavar=("R1", "R2"),
+        help="the stokes reference's coarser and finer mesh, cells along each voxel",
+    )
+    g.add_argument(
+        "--stokes-tolerance",
+        type=float,
+        default=w.tolerance,
+        help="each Stokes solve is steady when the pressure's normalised residual is below this (at most 1e-4)",
+    )
+    g.add_argument(
+        "--stokes-relaxation",
+        type=float,
+        default=w.relaxation,
+        help="under-relaxation of the velocity per iteration, in (0, 1] (0.7 steadies very steep walls)",
     )
     p.add_argument(
         "--processes",

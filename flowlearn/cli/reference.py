@@ -221,6 +221,7 @@ def run_stokes(args: argparse.Namespace) -> int:
         check_openfoam,
         check_walls,
         fracture_walls,
+        fracture_window,
         stokes_fracture,
     )
     from flowlearn.reference.voxels import fracture_voxels
@@ -239,7 +240,8 @@ def run_stokes(args: argparse.Namespace) -> int:
     for fracture in sources:
         try:
             if args.mesh == "walls":
-                check_walls(*fracture_walls(fracture, args.voxel_size), settings)
+                walls = fracture_walls(fracture, args.voxel_size)
+                check_walls(*walls, settings, window=fracture_window(fracture, *walls))
             else:
                 check_box(fracture_voxels(fracture, args.voxel_size), settings)
         except ValueError as err:

@@ -51,11 +51,16 @@ from flowlearn.reference.lbm import (
 )
 from flowlearn.reference.refinement import measured_convergence
 from flowlearn.reference.voxels import voxelize
+from flowlearn.reference.wall_mesh import Window
+from flowlearn.reference.wall_reference import WallReferenceSettings, wall_reference
 
 # The most fractures one dataset may hold. A generation lists the indices still to make and keeps one part file per
 # fracture until all are done; a count of 10^12 filled the memory with that list before anything was printed. At the
 # LBM's seconds per fracture of the smallest maps, a million fractures is years of one machine's time already.
 MAX_COUNT = 1_000_000
+# What solves each fracture's flow: the LBM on its voxels, or the wall-fitted Stokes solve of its smooth walls at
+# two resolutions, extrapolated (:mod:`flowlearn.reference.wall_reference`).
+REFERENCES = ("lbm", "stokes")
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,8 @@ class DatasetConfig:
         refine_every: every this many fractures (indices 0, n, 2n, ...), the LBM also runs on the grid 2× finer and
             the fracture's provenance records the flow rate's change (``convergence``); 0: never. Each such
             fracture costs about 17× one that is not.
+        reference: what solves each fracture's flow, one of :data:`REFERENCES`.
+        stokes: settings of the ``stokes`` reference.
     """
 
     count: int = 96
@@ -87,8 +94,23 @@ class DatasetConfig:
     voxel_size: float = 1e-5
     lbm: LBMSettings = field(default_factory=LBMSettings)
     refine_every: int = 0
+    reference: str = "lbm"
+    stokes: WallReferenceSettings = field(default_factory=WallReferenceSettings)
 
     def __post_init__(self) -> None:
+        check_setting(
+            self.reference in REFERENCES,
+            "reference",
+            f"must be one of {', '.join(REFERENCES)}",
+            self.reference,
+        )
+        check_setting(
+            self.refine_every == 0 or self.reference == "lbm",
+            "refine_every",
+            "must be 0 with the stokes reference, which extrapolates from two meshes of its own (the 2x grid "
+            "refines the LBM)",
+            self.refine_every,
+        )
         check_setting(
             is_integer(self.refine_every) and self.refine_every >= 0,
             "refine_every",
@@ -126,7 +148,8 @@ class DatasetConfig:
             "must be > 0",
             self.mean_aperture,
         )
-        self._check_box_memory(shape)
+        if self.reference == "lbm":
+            self._check_box_memory(shape)
         # Both ends of every range must make valid fractures; checked before any simulation runs.
         self.recipe.check(shape, self.mean_aperture)
 
@@ -177,18 +200,14 @@ class DatasetConfig:
         recipe = asdict(self)
         recipe["shape"] = list(self.shape)
         recipe["recipe"] = self.recipe.to_dict()
+        recipe["stokes"] = self.stokes.to_dict()
         return json.loads(json.dumps(recipe))
 
 
-def generate_fracture(
-    walls: RoughFracture, settings: LBMSettings, voxel_size: float, name: str, progress: bool = True
-) -> Fracture:
-    """One rough fracture with its LBM pressure and flow rate, as a :class:`Fracture` with full provenance.
-
-    The walls are voxelised (:func:`~flowlearn.reference.voxels.voxelize`) and stored as :func:`lbm_fracture`
-    stores a reference; the provenance also records the walls' draws (``roughness``) and the geometry's statistics.
-    """
-    drawn = Fracture(
+def drawn_fracture(walls: RoughFracture, voxel_size: float, name: str) -> Fracture:
+    """The walls as a :class:`Fracture` without a reference: aperture and walls in metres, the provenance recording
+    the walls' draws (``roughness``) and the geometry's statistics."""
+    return Fracture(
         name=name,
         aperture=walls.aperture * voxel_size,
         pressure=None,
@@ -201,7 +220,31 @@ def generate_fracture(
             "geometry": geometry_stats(walls.bottom, walls.top).to_dict(),
         },
     )
+
+
+def generate_fracture(
+    walls: RoughFracture, settings: LBMSettings, voxel_size: float, name: str, progress: bool = True
+) -> Fracture:
+    """One rough fracture with its LBM pressure and flow rate, as a :class:`Fracture` with full provenance.
+
+    The walls are voxelised (:func:`~flowlearn.reference.voxels.voxelize`) and stored as :func:`lbm_fracture`
+    stores a reference; the provenance also records the walls' draws (``roughness``) and the geometry's statistics.
+    """
+    drawn = drawn_fracture(walls, voxel_size, name)
     return lbm_fracture(drawn, voxelize(walls.bottom, walls.top), settings, progress)
+
+
+def stokes_generated(
+    walls: RoughFracture, settings: WallReferenceSettings, voxel_size: float, name: str, progress: bool = True
+) -> Fracture:
+    """One rough fracture with the extrapolated Stokes flow of its smooth walls as its reference
+    (:func:`~flowlearn.reference.wall_reference.wall_reference`), the provenance recording its departure from the
+    LCL as :func:`lbm_fracture`'s does."""
+    window = None if walls.larger is None else Window(walls.larger, walls.origin)
+    referenced = wall_reference(drawn_fracture(walls, voxel_size, name), settings, window, progress)
+    q_lcl = lcl_flow_rate(referenced)
+    referenced.provenance["departure"] = {"flow_rate_lcl": q_lcl, "ratio": referenced.flow_rate / q_lcl}
+    return referenced
 
 
 def lbm_fracture(
@@ -232,7 +275,10 @@ def _make(config: DatasetConfig, index: int, lbm: LBMSettings) -> Fracture:
     """Fracture ``index`` of ``config`` (run in a worker process)."""
     walls = config.walls(index)
     try:
-        fracture = generate_fracture(walls, lbm, config.voxel_size, fracture_name(index), progress=False)
+        if config.reference == "stokes":
+            fracture = stokes_generated(walls, config.stokes, config.voxel_size, fracture_name(index), False)
+        else:
+            fracture = generate_fracture(walls, lbm, config.voxel_size, fracture_name(index), progress=False)
     except ProblemError as err:
         # Walls that touch all across the map leave nothing to simulate: name the fracture and its draws.
         raise ProblemError(
@@ -353,17 +399,31 @@ def merge_parts(config: DatasetConfig, path: str | os.PathLike) -> list[Fracture
 def summarize_generation(
     path: str | os.PathLike, fractures: list[Fracture], computed: int, seconds: float
 ) -> dict:
-    """A generation's summary: fractures, seconds, fractures per hour, LBM steps and the departure from the LCL."""
-    lbm_records = [fr.provenance["lbm"] for fr in fractures]
+    """A generation's summary: fractures, seconds, fractures per hour, the solver's work (LBM steps and MLUPS, or
+    the Stokes solves' iterations and finer meshes' change) and the departure from the LCL."""
     ratios = [fr.provenance["departure"]["ratio"] for fr in fractures]
+    if all("stokes_reference" in fr.provenance for fr in fractures):
+        records = [fr.provenance["stokes_reference"] for fr in fractures]
+        work = {
+            "iterations": [rec["iterations"] for rec in records],
+            "finer_change": {
+                "median": float(np.median([rec["finer_change"] for rec in records])),
+                "max": float(np.max(np.abs([rec["finer_change"] for rec in records]))),
+            },
+        }
+    else:
+        lbm_records = [fr.provenance["lbm"] for fr in fractures]
+        work = {
+            "steps": [rec["convergence"]["steps"] for rec in lbm_records],
+            "mlups": float(np.mean([rec["mlups"] for rec in lbm_records])),
+        }
     return {
         "path": os.fspath(path),
         "fractures": len(fractures),
         "computed_now": computed,
         "seconds": seconds,
         "fractures_per_hour": computed / seconds * 3600 if computed else None,
-        "steps": [rec["convergence"]["steps"] for rec in lbm_records],
-        "mlups": float(np.mean([rec["mlups"] for rec in lbm_records])),
+        **work,
         "contact_fraction": float(np.mean([(fr.aperture == 0).mean() for fr in fractures])),
         "flow_rate_over_lcl": {"min": min(ratios), "median": float(np.median(ratios)), "max": max(ratios)},
     }

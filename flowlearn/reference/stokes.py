@@ -58,6 +58,7 @@ from flowlearn.errors import (
     ReferenceConvergenceError,
     UnavailableError,
 )
+from flowlearn.fractures.closure import ClosureParams, closed_fracture
 from flowlearn.reference.voxels import (
     GapPressure,
     ReferenceFlow,
@@ -69,8 +70,10 @@ from flowlearn.reference.voxels import (
     joined_to_ends,
     voxel_size_of,
 )
-from flowlearn.reference.wall_mesh import WallMesh, open_columns, wall_corners, wall_mesh
+from flowlearn.reference.wall_mesh import WallMesh, Window, corners, open_columns, wall_mesh
 
+# The kinds of fracture whose maps a recipe may cut from larger walls (the plates ignore ``extent``).
+WINDOWED = ("rough", "flat_mid_surface")
 # The OpenFOAM tools the solve runs, in order.
 TOOLS = ("blockMesh", "subsetMesh", "simpleFoam")
 # Where Debian's package keeps OpenFOAM's etc/ (its default dictionaries); the tools find it through
@@ -279,10 +282,15 @@ def _largest(fits: Callable[[int], bool], low: int, high: int) -> int:
 
 
 def check_walls(
-    bottom: np.ndarray, top: np.ndarray, settings: StokesSettings, memory: int | None = None
+    bottom: np.ndarray,
+    top: np.ndarray,
+    settings: StokesSettings,
+    memory: int | None = None,
+    window: Window | None = None,
 ) -> None:
-    """Refuse walls (float (H, W), voxels) that leave no open path from inlet to outlet, or whose wall-fitted mesh
-    could need more than ``memory`` bytes (default: what this process has available now).
+    """Refuse walls (float (H, W), voxels; a ``window`` of larger walls where they are one) that leave no open path
+    from inlet to outlet, or whose wall-fitted mesh could need more than ``memory`` bytes (default: what this process
+    has available now).
 
     Raises:
         ProblemError: naming the problem and, for memory, what to lower.
@@ -304,7 +312,7 @@ def check_walls(
         settings,
         memory,
     )
-    open_columns(wall_corners(bottom, 1), wall_corners(top, 1))
+    open_columns(*corners(bottom, top, 1, window))
 
 
 def check_case_dir(case_dir: str | os.PathLike) -> None:
@@ -365,9 +373,12 @@ def solve_walls(
     settings: StokesSettings | None = None,
     case_dir: str | os.PathLike | None = None,
     progress: bool = True,
+    window: Window | None = None,
+    start: str | os.PathLike | None = None,
 ) -> StokesResult:
     """Solve steady Stokes flow between the smooth walls ``bottom`` and ``top`` (float (H, W), heights at the map's
-    pixel centres in voxels; periodic Fourier walls as the generator draws them) on the wall-fitted mesh of
+    pixel centres in voxels; periodic Fourier walls, planes, or a ``window`` of larger walls, as the generator draws
+    them) on the wall-fitted mesh of
     :mod:`flowlearn.reference.wall_mesh`, cells of about 1/``cells_per_voxel`` voxel. The result is measured as
     :func:`solve`'s, on the voxel columns; its ``aperture`` is the walls' separation at the pixels' centres (float64,
     voxels), not a count of voxels.
@@ -377,14 +388,18 @@ def solve_walls(
         OutputError, UnavailableError, ReferenceConvergenceError, RuntimeError: as :func:`solve`.
     """
     settings = settings or StokesSettings()
-    check_walls(bottom, top, settings)
+    check_walls(bottom, top, settings, window=window)
     r = settings.cells_per_voxel
-    mesh = wall_mesh(bottom, top, r, settings.reservoir)
+    mesh = wall_mesh(bottom, top, r, settings.reservoir, window)
 
     def write(case: Path) -> None:
         write_poly_mesh(mesh, case)
         # The walls slant the faces between columns: correct the pressure's normal gradient for it.
         write_dictionaries(case, settings, correctors=NON_ORTHOGONAL_CORRECTORS)
+        if start is not None:
+            # Mesh sequencing: the coarser solve's fields interpolated onto this mesh start the iterations nearer
+            # the solution (about 0.6 times the iterations from rest on the rock recipe's walls).
+            _run(["mapFields", os.fspath(start), "-consistent", "-sourceTime", "latestTime"], case)
 
     return _run_case(
         settings,
@@ -797,7 +812,8 @@ def stokes_fracture(
     size = fracture.voxel_size if voxel_size is None else voxel_size
     if mesh == "walls":
         bottom, top = fracture_walls(fracture, voxel_size)
-        result = solve_walls(bottom, top, settings, case_dir=case_dir, progress=progress)
+        window = fracture_window(fracture, bottom, top)
+        result = solve_walls(bottom, top, settings, case_dir=case_dir, progress=progress, window=window)
     else:
         result = solve(fracture_voxels(fracture, voxel_size), settings, case_dir=case_dir, progress=progress)
     return replace(
@@ -820,3 +836,39 @@ def fracture_walls(fracture: Fracture, voxel_size: float | None = None) -> tuple
             "solve its voxels instead (--mesh voxels)"
         )
     return np.asarray(fracture.bottom, np.float64) / size, np.asarray(fracture.top, np.float64) / size
+
+
+# How far (voxels) a fracture's stored walls may lie from the walls its provenance makes again: float32 storage of
+# heights up to a few hundred voxels rounds them by about 1e-5.
+WALLS_TOLERANCE = 1e-3
+
+
+def fracture_window(fracture: Fracture, bottom: np.ndarray, top: np.ndarray) -> Window | None:
+    """Where ``fracture``'s walls (``bottom``, ``top``: float64 (H, W), voxels, as :func:`fracture_walls` gives them)
+    are a window of larger walls, as the ``rock`` recipe draws them: those walls, made again from the settings and
+    seed its provenance records (``roughness``); None where its walls are periodic or planes.
+
+    Raises:
+        DataValidationError: naming the fracture and its first cell, where the stored walls are not the window the
+            provenance makes (the walls were edited, or another version of the generator drew them).
+    """
+    settings = fracture.provenance.get("roughness") if isinstance(fracture.provenance, dict) else None
+    if (
+        not isinstance(settings, dict)
+        or settings.get("extent", 1) == 1
+        or settings.get("kind") not in WINDOWED
+    ):
+        return None
+    made = closed_fracture(ClosureParams(**{**settings, "shape": tuple(settings["shape"])}))
+    for name, stored, again in (("bottom", bottom, made.bottom), ("top", top, made.top)):
+        off = (
+            np.abs(stored - again) > WALLS_TOLERANCE if stored.shape == again.shape else np.ones((1, 1), bool)
+        )
+        if off.any():
+            row, column = np.argwhere(off)[0]
+            raise DataValidationError(
+                f"fracture {fracture.name!r}: its {name} wall is not the window of larger walls that its provenance "
+                f"(roughness) makes, first at row {row}, column {column} (by more than {WALLS_TOLERANCE:g} voxels); "
+                "the wall-fitted mesh of a window needs the larger walls, so the walls must be the generator's"
+            )
+    return Window(made.larger, made.origin)

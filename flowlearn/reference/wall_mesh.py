@@ -6,7 +6,8 @@ each column's gap between the bottom wall b(x, y) and the top wall t(x, y) is sp
 
     z_k = b + (t - b) k / n,    k = 0 .. n,
 
-with the walls evaluated exactly (Fourier series, :func:`wall_corners`) at the columns' corners. Between corners the
+with the walls evaluated exactly at the columns' corners (:func:`wall_corners`: Fourier series of periodic walls,
+of the larger walls a map is a window of (:class:`Window`), planes as planes). Between corners the
 walls are bilinear, so the meshed gap converges to the smooth one at second order in the cell size, and each
 refinement is a systematic subdivision of the last: what Richardson extrapolation needs.
 
@@ -91,31 +92,71 @@ class WallMesh:
         return labels
 
 
-def wall_corners(wall: np.ndarray, factor: int) -> np.ndarray:
+@dataclass(frozen=True)
+class Window:
+    """Where a map's walls are a window of larger periodic walls (the ``rock`` recipe's): ``larger``, the larger
+    walls (bottom, top), float64 (H', W') each, heights in voxels; ``origin``, the (row, column) of the map's first
+    pixel in them. A window is not periodic: only the larger walls' Fourier series evaluates it between pixels."""
+
+    larger: tuple[np.ndarray, np.ndarray]
+    origin: tuple[int, int]
+
+
+# Walls whose heights a least-squares plane leaves by less than this (voxels) are planes (the exact cases): their
+# corners are the plane's, where the Fourier series of a tilted plane, which is not periodic, would ring.
+PLANE_TOLERANCE = 1e-9
+
+
+def wall_corners(
+    wall: np.ndarray, factor: int, larger: np.ndarray | None = None, origin: tuple[int, int] = (0, 0)
+) -> np.ndarray:
     """A wall (float (H, W), heights at the pixels' centres, in pixels) at the corners of the pixels of a grid
     ``factor`` times finer: float64 (factor H + 1, factor W + 1), heights in the finer pixels.
 
-    The walls are periodic Fourier series (:func:`~flowlearn.fractures.roughness.refine_wall`): evaluated on the grid
-    2 ``factor`` times finer, whose samples alternate between the fine pixels' centres and their corners. Fine pixel
-    c of :func:`~flowlearn.fractures.roughness.refine` sits at c / factor coarse pixels; its corners at (c -+ 1/2) / factor.
+    Fine pixel c of :func:`~flowlearn.fractures.roughness.refine` sits at c / factor coarse pixels; its corners at
+    (c -+ 1/2) / factor. A plane is evaluated there as a plane. Other walls are periodic Fourier series
+    (:func:`~flowlearn.fractures.roughness.refine_wall`): the map's own, or, where the map is a window at ``origin``
+    of the ``larger`` wall (float (H', W'), pixels), the larger wall's. The series is evaluated on the grid 2
+    ``factor`` times finer, whose samples alternate between the fine pixels' centres and their corners.
     """
-    doubled = refine_wall(wall, 2 * factor) / 2
-    rows = (2 * np.arange(factor * wall.shape[0] + 1) - 1) % doubled.shape[0]
-    columns = (2 * np.arange(factor * wall.shape[1] + 1) - 1) % doubled.shape[1]
+    height, width = wall.shape
+    fine = np.arange(factor * height + 1), np.arange(factor * width + 1)
+    if larger is None:
+        plane = _plane(wall)
+        if plane is not None:
+            slope_y, slope_x, level = plane
+            y, x = ((2 * n - 1) / (2 * factor) for n in fine)
+            return factor * (level + slope_y * y[:, None] + slope_x * x[None, :])
+    source = wall if larger is None else larger
+    doubled = refine_wall(source, 2 * factor) / 2
+    rows = (2 * factor * origin[0] + 2 * fine[0] - 1) % doubled.shape[0]
+    columns = (2 * factor * origin[1] + 2 * fine[1] - 1) % doubled.shape[1]
     return doubled[np.ix_(rows, columns)]
 
 
-def wall_mesh(bottom: np.ndarray, top: np.ndarray, cells_per_voxel: int, reservoir: int) -> WallMesh:
+def _plane(wall: np.ndarray) -> tuple[float, float, float] | None:
+    """(slope along rows, slope along columns, height at pixel (0, 0)) of a wall that is a plane, else None."""
+    rows, columns = np.indices(wall.shape)
+    design = np.stack([rows.ravel(), columns.ravel(), np.ones(wall.size)], axis=1).astype(np.float64)
+    coefficients, *_ = np.linalg.lstsq(design, wall.ravel().astype(np.float64), rcond=None)
+    if np.abs(design @ coefficients - wall.ravel()).max() > PLANE_TOLERANCE:
+        return None
+    return float(coefficients[0]), float(coefficients[1]), float(coefficients[2])
+
+
+def wall_mesh(
+    bottom: np.ndarray, top: np.ndarray, cells_per_voxel: int, reservoir: int, window: Window | None = None
+) -> WallMesh:
     """The wall-fitted mesh of the gap between ``bottom`` and ``top`` (float (H, W) heights at the map's pixel
-    centres, in voxels; periodic Fourier walls as the generator draws them), ``cells_per_voxel`` cells along each
-    voxel, and ``reservoir`` voxels of open reservoir before and after the map. It is built in the fine cells'
-    units and scaled to the walls' voxels.
+    centres, in voxels; periodic Fourier walls, planes, or a ``window`` of larger walls, as the generator draws
+    them), ``cells_per_voxel`` cells along each voxel, and ``reservoir`` voxels of open reservoir before and after
+    the map. It is built in the fine cells' units and scaled to the walls' voxels.
 
     Raises:
         ProblemError: no open path joins the inlet to the outlet.
     """
     r = cells_per_voxel
-    bottom_corner, top_corner = (wall_corners(wall, r) for wall in (bottom, top))  # fine voxels
+    bottom_corner, top_corner = corners(bottom, top, r, window)  # fine voxels
     columns, mean_gap = open_columns(bottom_corner, top_corner)
     # Positions (fine voxels) reached below and above by either wall, corners and centres alike.
     z_low = min(bottom_corner.min(), r * bottom.min()) - r * RESERVOIR_MARGIN
@@ -180,6 +221,19 @@ def wall_mesh(bottom: np.ndarray, top: np.ndarray, cells_per_voxel: int, reservo
         layers=(below, gap_layers, above),
         reservoir=n_res,
         thickness=thickness / r,
+    )
+
+
+def corners(
+    bottom: np.ndarray, top: np.ndarray, factor: int, window: Window | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both walls at the corners of the grid ``factor`` times finer (:func:`wall_corners`), from the ``window``'s
+    larger walls where the map is one."""
+    if window is None:
+        return wall_corners(bottom, factor), wall_corners(top, factor)
+    return tuple(
+        wall_corners(wall, factor, larger, window.origin)
+        for wall, larger in zip((bottom, top), window.larger)
     )
 
 

@@ -1,0 +1,98 @@
+"""How close the generator's Stokes reference is to the smooth walls' flow, and what it costs.
+
+    python benchmarks/wall_reference.py --recipe published --shape 32 32 --mean-aperture 4 --indices 5 6 7 8 9 10 11 12
+    python benchmarks/wall_reference.py --recipe rock --shape 64 64 --mean-aperture 6 --indices 5 6 7 ... --processes 2
+
+Each fracture (seed 0) is solved on the wall-fitted mesh (:func:`flowlearn.reference.stokes.solve_walls`) at 1, 2
+and 3 cells per voxel, each solve starting from the last one's fields, at the reference's tolerance. The smooth
+walls' flow is the extrapolation of the two finest (2 and 3 cells per voxel, second order); against it the table
+gives each solve's flow rate, the reference's (1 and 2 extrapolated, what ``flowlearn generate --reference stokes``
+stores) and the halfway LBM's of the published study where it exists (data/README.md, "Resolution"). It ends with
+the seconds of the reference (solves at 1 and 2) and of the check at 3 per fracture. ``--json`` writes every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from flowlearn.fractures.recipes import RECIPES
+from flowlearn.reference.stokes import extrapolate, solve_walls
+from flowlearn.reference.wall_mesh import Window
+from flowlearn.reference.wall_reference import WallReferenceSettings
+
+RESOLUTIONS = (1, 2, 3)
+
+
+def solve_fracture(recipe: str, shape: tuple[int, int], mean_aperture: float, index: int) -> dict:
+    """Fracture ``index``'s conductances (voxels³) at :data:`RESOLUTIONS`, the seconds and iterations of each."""
+    walls = RECIPES[recipe]().walls(shape, mean_aperture, 0, index)
+    window = None if walls.larger is None else Window(walls.larger, walls.origin)
+    settings = WallReferenceSettings()
+    row: dict = {"index": index, "kind": RECIPES[recipe]().kind(index), "conductance": [], "seconds": []}
+    row["iterations"], row["contact"] = [], float((walls.aperture == 0).mean())
+    with tempfile.TemporaryDirectory() as folder:
+        start = None
+        for r in RESOLUTIONS:
+            case = Path(folder, f"r{r}")
+            clock = time.perf_counter()
+            result = solve_walls(
+                walls.bottom, walls.top, settings.solve_settings(r), case, False, window, start=start
+            )
+            row["seconds"].append(time.perf_counter() - clock)
+            row["conductance"].append(result.conductance)
+            row["iterations"].append(result.iterations)
+            start = case
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="rock")
+    parser.add_argument("--shape", type=int, nargs=2, default=[64, 64])
+    parser.add_argument("--mean-aperture", type=float, default=6.0)
+    parser.add_argument("--indices", type=int, nargs="+", required=True)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="write every number here")
+    args = parser.parse_args()
+    jobs = [(args.recipe, tuple(args.shape), args.mean_aperture, i) for i in args.indices]
+    with ProcessPoolExecutor(args.processes) as pool:
+        rows = list(pool.map(solve_fracture, *zip(*jobs)))
+    print(
+        f"{args.recipe} recipe, {args.shape[0]}x{args.shape[1]} maps at {args.mean_aperture:g} voxels per mean "
+        f"aperture, {args.processes} process(es); flow rates over the smooth walls' (2 and 3 cells per voxel "
+        "extrapolated)\n"
+    )
+    print(
+        "| fracture | kind | contact | 1 cell | 2 cells | 3 cells | reference (1-2 extrapolated) | s, reference | s, check |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    errors = []
+    for row in rows:
+        q1, q2, q3 = row["conductance"]
+        smooth = extrapolate(q2, q3, 1.5)
+        reference = extrapolate(q1, q2, 2.0)
+        row["smooth"], row["reference"] = smooth, reference
+        errors.append(reference / smooth - 1)
+        cells = " | ".join(f"{q / smooth - 1:+.2%}" for q in (q1, q2, q3))
+        print(
+            f"| {row['index']} | {row['kind']} | {row['contact']:.2f} | {cells} | {reference / smooth - 1:+.2%} | "
+            f"{sum(row['seconds'][:2]):.0f} | {row['seconds'][2]:.0f} |"
+        )
+    errors = np.abs(errors)
+    print(
+        f"\nreference within 2 % on {int((errors <= 0.02).sum())} of {len(errors)}; median |error| "
+        f"{np.median(errors):.2%}, max {errors.max():.2%}"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
