@@ -3,12 +3,13 @@
     python benchmarks/wall_reference.py --recipe published --shape 32 32 --mean-aperture 4 --indices 5 6 7 8 9 10 11 12
     python benchmarks/wall_reference.py --recipe rock --shape 64 64 --mean-aperture 6 --indices 5 6 7 ... --processes 2
 
-Each fracture (seed 0) is solved on the wall-fitted mesh (:func:`flowlearn.reference.stokes.solve_walls`) at 1, 2
-and 3 cells per voxel, each solve starting from the last one's fields, at the reference's tolerance. The smooth
-walls' flow is the extrapolation of the two finest (2 and 3 cells per voxel, second order); against it the table
-gives each solve's flow rate, the reference's (1 and 2 extrapolated, what ``flowlearn generate --reference stokes``
-stores) and the halfway LBM's of the published study where it exists (data/README.md, "Resolution"). It ends with
-the seconds of the reference (solves at 1 and 2) and of the check at 3 per fracture. ``--json`` writes every number.
+Each fracture (seed 0) is solved on the wall-fitted mesh (:func:`flowlearn.reference.stokes.solve_walls`) at
+three resolutions r₁ < r₂ < r₃ cells per voxel (``--cells-per-voxel``, default 1 2 3), each solve starting from the
+last one's fields, at the reference's tolerance. The smooth walls' flow is the extrapolation of the two finest (r₂
+and r₃, second order); against it the table gives each solve's flow rate and the reference's (r₁ and r₂
+extrapolated, what ``flowlearn generate --reference stokes --stokes-cells-per-voxel r₁ r₂`` stores), then the
+seconds of the reference (the solves at r₁ and r₂) and of the check at r₃ per fracture. ``--json`` writes every
+number.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from flowlearn.reference.stokes import extrapolate, solve_walls
 from flowlearn.reference.wall_mesh import Window
 from flowlearn.reference.wall_reference import WallReferenceSettings
 
-RESOLUTIONS = (1, 2, 3)
 
-
-def solve_fracture(recipe: str, shape: tuple[int, int], mean_aperture: float, index: int) -> dict:
-    """Fracture ``index``'s conductances (voxels³) at :data:`RESOLUTIONS`, the seconds and iterations of each."""
+def solve_fracture(
+    recipe: str, shape: tuple[int, int], mean_aperture: float, index: int, resolutions: tuple[int, ...]
+) -> dict:
+    """Fracture ``index``'s conductances (voxels³) at ``resolutions`` (cells per voxel), the seconds and iterations
+    of each."""
     walls = RECIPES[recipe]().walls(shape, mean_aperture, 0, index)
     window = None if walls.larger is None else Window(walls.larger, walls.origin)
     settings = WallReferenceSettings()
@@ -39,7 +41,7 @@ def solve_fracture(recipe: str, shape: tuple[int, int], mean_aperture: float, in
     row["iterations"], row["contact"] = [], float((walls.aperture == 0).mean())
     with tempfile.TemporaryDirectory() as folder:
         start = None
-        for r in RESOLUTIONS:
+        for r in resolutions:
             case = Path(folder, f"r{r}")
             clock = time.perf_counter()
             result = solve_walls(
@@ -58,26 +60,29 @@ def main() -> None:
     parser.add_argument("--shape", type=int, nargs=2, default=[64, 64])
     parser.add_argument("--mean-aperture", type=float, default=6.0)
     parser.add_argument("--indices", type=int, nargs="+", required=True)
+    parser.add_argument("--cells-per-voxel", type=int, nargs=3, default=[1, 2, 3], metavar=("R1", "R2", "R3"))
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write every number here")
     args = parser.parse_args()
-    jobs = [(args.recipe, tuple(args.shape), args.mean_aperture, i) for i in args.indices]
+    r1, r2, r3 = args.cells_per_voxel
+    jobs = [(args.recipe, tuple(args.shape), args.mean_aperture, i, (r1, r2, r3)) for i in args.indices]
     with ProcessPoolExecutor(args.processes) as pool:
         rows = list(pool.map(solve_fracture, *zip(*jobs)))
     print(
         f"{args.recipe} recipe, {args.shape[0]}x{args.shape[1]} maps at {args.mean_aperture:g} voxels per mean "
-        f"aperture, {args.processes} process(es); flow rates over the smooth walls' (2 and 3 cells per voxel "
+        f"aperture, {args.processes} process(es); flow rates over the smooth walls' ({r2} and {r3} cells per voxel "
         "extrapolated)\n"
     )
     print(
-        "| fracture | kind | contact | 1 cell | 2 cells | 3 cells | reference (1-2 extrapolated) | s, reference | s, check |"
+        f"| fracture | kind | contact | {r1} cells | {r2} cells | {r3} cells | reference ({r1}-{r2} extrapolated) | "
+        "s, reference | s, check |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     errors = []
     for row in rows:
         q1, q2, q3 = row["conductance"]
-        smooth = extrapolate(q2, q3, 1.5)
-        reference = extrapolate(q1, q2, 2.0)
+        smooth = extrapolate(q2, q3, r3 / r2)
+        reference = extrapolate(q1, q2, r2 / r1)
         row["smooth"], row["reference"] = smooth, reference
         errors.append(reference / smooth - 1)
         cells = " | ".join(f"{q / smooth - 1:+.2%}" for q in (q1, q2, q3))
