@@ -980,9 +980,9 @@ GENERATE_ROWS = [
     ),
     (["--stokes-cells-per-voxel", "1"], "argument --stokes-cells-per-voxel: expected 2 arguments"),
     (
-        ["--reference", "stokes", "--stokes-tolerance", "1e-3"],
-        "--stokes-tolerance must be at most 1e-4: the flow rate is not steady to the extrapolation's accuracy "
-        "above, got 0.001",
+        ["--reference", "stokes", "--stokes-tolerance", "1e-5"],
+        "--stokes-tolerance must be at most 1e-6: above, the flow rate may stop short of steady by more than the "
+        "extrapolation's accuracy (1 % at 1e-6 and relaxation 0.7), got 1e-05",
     ),
     (["--reference", "stokes", "--stokes-tolerance", "0"], "--stokes-tolerance must be in (0, 1), got 0.0"),
     (["--reference", "stokes", "--stokes-tolerance", "nan"], "--stokes-tolerance must be in (0, 1), got nan"),

@@ -203,7 +203,7 @@ def generate_arguments(p: argparse.ArgumentParser) -> None:
         "--stokes-tolerance",
         type=float,
         default=w.tolerance,
-        help="each Stokes solve is steady when the pressure's normalised residual is below this (at most 1e-4)",
+        help="each Stokes solve is steady when the pressure's normalised residual is below this (at most 1e-6)",
     )
     g.add_argument(
         "--stokes-relaxation",

@@ -32,6 +32,7 @@ from flowlearn.reference.lbm import LBMSettings, simulate
 from flowlearn.reference.stokes import WALL_MESH_ORDER, StokesSettings, extrapolate, solve_walls
 from flowlearn.reference.stokes import solve as solve_stokes
 from flowlearn.reference.voxels import ReferenceFlow, voxelize
+from flowlearn.reference.wall_mesh import Window
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,10 @@ def grid_convergence(
         if stokes is not None and stokes_mesh == "walls":
             # The same smooth walls at every factor, meshed finer: measured on the coarse voxels directly.
             walls = replace(stokes, cells_per_voxel=factor)
-            independent = solve_walls(fracture.bottom, fracture.top, walls, progress=False).conductance
+            window = None if fracture.larger is None else Window(fracture.larger, fracture.origin)
+            independent = solve_walls(
+                fracture.bottom, fracture.top, walls, progress=False, window=window
+            ).conductance
         elif stokes is not None:
             independent = coarse_conductance(solve_stokes(fluid, stokes, progress=False), factor)
         runs.append(

@@ -158,9 +158,11 @@ def wall_mesh(
     r = cells_per_voxel
     bottom_corner, top_corner = corners(bottom, top, r, window)  # fine voxels
     columns, mean_gap = open_columns(bottom_corner, top_corner)
-    # Positions (fine voxels) reached below and above by either wall, corners and centres alike.
-    z_low = min(bottom_corner.min(), r * bottom.min()) - r * RESERVOIR_MARGIN
-    z_high = max(top_corner.max(), r * top.max()) + r * RESERVOIR_MARGIN
+    # Positions (fine voxels) reached below and above by either wall, corners and centres alike: where the walls
+    # cross (a window's contacts), the bottom wall may rise above the top wall's highest point.
+    lowest = min(bottom_corner.min(), top_corner.min(), r * bottom.min(), r * top.min())
+    highest = max(bottom_corner.max(), top_corner.max(), r * bottom.max(), r * top.max())
+    z_low, z_high = lowest - r * RESERVOIR_MARGIN, highest + r * RESERVOIR_MARGIN
 
     n_res = r * reservoir
     height, width = columns.shape
