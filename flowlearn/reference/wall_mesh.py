@@ -39,8 +39,11 @@ from flowlearn.fractures.roughness import refine_wall
 from flowlearn.reference.voxels import joined_to_ends
 
 # A map column's corners must be open by more than this fraction of the mean aperture for the column to be meshed:
-# it keeps cells from collapsing to zero height at a contact's rim.
-MIN_APERTURE = 1e-3
+# it keeps cells from collapsing to zero height at a contact's rim. At 1e-3 the rim's cells were a thousandth of
+# the gap thick, and the solves of the rock recipe's walls at 3 cells per voxel diverged after reaching 2e-6 (at
+# relaxation 0.9, 0.7 and 0.5); at 0.05 they converge. The rim left out carries at most 0.05³ of a mean gap's flux
+# per unit width: the flow rate changed by -0.16 % at 1 cell per voxel, +0.04 % at 2.
+MIN_APERTURE = 0.05
 # The reservoirs reach this far (voxels) below the lowest and above the highest wall, so that no reservoir cell is
 # flat.
 RESERVOIR_MARGIN = 0.5
