@@ -12,7 +12,7 @@ the smooth walls' flow, the wall-fitted solves at the two finest resolutions ext
   ``--lbm-factors`` times the map's voxels (exactly, through the larger walls for a window), measured on the map's
   length, with all the cores (``--threads``, default the cores this process may use);
 
-and prints each one's flow-rate error against the smooth walls and its seconds, and converged fractures per hour
+and prints each one's flow-rate error against the smooth walls, its seconds, and fractures per hour
 on this machine: 2 × 3600 / seconds for the Stokes reference (two processes), 3600 / seconds for the LBM (one
 process on every core).
 """
@@ -64,7 +64,7 @@ def main() -> None:
         f"{setting['recipe']} recipe, {shape[0]}x{shape[1]} maps at {aperture:g} voxels per mean aperture, "
         f"fractures {[row['index'] for row in study['fractures']]}; flow rates against the smooth walls'\n"
     )
-    print("| reference | flow-rate error | seconds per fracture | converged fractures per hour, 2 cores |")
+    print("| reference | flow-rate error | seconds per fracture | fractures per hour, 2 cores |")
     print("|---|---|---|---|")
     for name, values in rows.items():
         errors, seconds = np.array(values).T
