@@ -14,9 +14,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from conftest import require_openfoam
+from test_data_recipes import _params
 
 from flowlearn.errors import DataValidationError
-from flowlearn.fractures.closure import ClosureParams, closed_fracture
+from flowlearn.fractures.closure import closed_fracture
 from flowlearn.fractures.roughness import refine
 from flowlearn.reference.generate import DatasetConfig, drawn_fracture, stokes_generated
 from flowlearn.reference.stokes import fracture_walls, fracture_window
@@ -27,16 +28,12 @@ from flowlearn.reference.wall_reference import WallReferenceSettings, wall_refer
 def _window_fracture():
     """A rough map cut as a window from walls 4 times its size."""
     return closed_fracture(
-        ClosureParams(
+        _params(
             shape=(12, 16),
             mean_aperture=3.0,
-            hurst=0.7,
-            aperture_std=0.5,
-            contact_fraction=0.05,
             mismatch_length=24.0,
             min_wavelength=3.0,
-            mid_slope=0.2,
-            seed=3,
+            contact_fraction=0.05,
             extent=4,
         )
     )

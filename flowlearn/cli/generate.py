@@ -129,7 +129,8 @@ _RECIPE_OPTIONS = {
 
 def generate_arguments(p: argparse.ArgumentParser) -> None:
     from flowlearn.fractures.recipes import RECIPES
-    from flowlearn.reference.generate import MAX_COUNT, DatasetConfig
+    from flowlearn.reference.generate import MAX_COUNT, REFERENCES, DatasetConfig
+    from flowlearn.reference.wall_reference import WallReferenceSettings
 
     d = DatasetConfig()
     p.add_argument("output", type=path_text, help="HDF5 file to write (flowlearn layout)")
@@ -178,9 +179,6 @@ def generate_arguments(p: argparse.ArgumentParser) -> None:
         help="every N-th fracture also runs on the 2x grid and records its flow rate's change (0: none; each costs "
         "about 17x)",
     )
-    from flowlearn.reference.generate import REFERENCES
-    from flowlearn.reference.wall_reference import WallReferenceSettings
-
     w = WallReferenceSettings()
     g = p.add_argument_group("reference")
     g.add_argument(
