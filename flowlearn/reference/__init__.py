@@ -4,6 +4,7 @@
 * :mod:`~flowlearn.reference.voxels`, :mod:`~flowlearn.reference.wall_mesh`: the voxels and meshes of a gap;
 * :mod:`~flowlearn.reference.lbm`: the LBM driver (needs the ``[lbm]`` extra);
 * :mod:`~flowlearn.reference.stokes`: the wall-fitted Stokes solve (OpenFOAM);
+* :mod:`~flowlearn.reference.wall_reference`: the generator's Stokes reference, two wall-fitted solves extrapolated;
 * :mod:`~flowlearn.reference.generate`, :mod:`~flowlearn.reference.cluster`: ``flowlearn generate``, as a job array;
 * :mod:`~flowlearn.reference.references`: ``flowlearn reference``, the reference of a file's fractures (an imported
   scan's), here or as a job array;
