@@ -992,6 +992,14 @@ GENERATE_ROWS = [
         "--stokes-relaxation must be in (0, 1], got 1.5",
     ),
     (
+        ["--reference", "stokes", "--mean-aperture", "4"],
+        "--mean-aperture must be at least 6 voxels with the stokes reference at 1 cell(s) per voxel on its coarser mesh",
+    ),
+    (
+        ["--reference", "stokes", "--stokes-cells-per-voxel", "2", "3", "--mean-aperture", "2.5"],
+        "--mean-aperture must be at least 3 voxels with the stokes reference at 2 cell(s) per voxel",
+    ),
+    (
         ["--reference", "stokes", "--refine-every", "4"],
         "--refine-every must be 0 with the stokes reference, which extrapolates from two meshes of its own",
     ),

@@ -117,7 +117,7 @@ def test_the_reference_is_exact_on_plates_flat_and_tilted(slope):
 
 
 def test_a_rock_fracture_is_solved_as_the_window_its_provenance_makes():
-    config = DatasetConfig(count=8, shape=(48, 48), mean_aperture=4.5, recipe=_rock())
+    config = DatasetConfig(count=8, shape=(48, 48), mean_aperture=6, recipe=_rock())
     index = 5
     walls = config.walls(index)
     fracture = drawn_fracture(walls, 1e-5, "fracture_005")
@@ -140,7 +140,7 @@ def _rock():
 @pytest.mark.slow
 def test_a_generated_rock_fracture_conserves_mass_and_stores_the_extrapolated_flow():
     require_openfoam()
-    config = DatasetConfig(count=8, shape=(48, 48), mean_aperture=4.5, recipe=_rock(), reference="stokes")
+    config = DatasetConfig(count=8, shape=(48, 48), mean_aperture=6, recipe=_rock(), reference="stokes")
     fracture = stokes_generated(config.walls(5), config.stokes, 1e-5, "fracture_005", progress=False)
     record = fracture.provenance["stokes_reference"]
     assert record["flux_imbalance"] < 1e-3

@@ -52,7 +52,7 @@ from flowlearn.reference.lbm import (
 from flowlearn.reference.refinement import measured_convergence
 from flowlearn.reference.voxels import voxelize
 from flowlearn.reference.wall_mesh import Window
-from flowlearn.reference.wall_reference import WallReferenceSettings, wall_reference
+from flowlearn.reference.wall_reference import MIN_GAP_CELLS, WallReferenceSettings, wall_reference
 
 # The most fractures one dataset may hold. A generation lists the indices still to make and keeps one part file per
 # fracture until all are done; a count of 10^12 filled the memory with that list before anything was printed. At the
@@ -150,6 +150,16 @@ class DatasetConfig:
         )
         if self.reference == "lbm":
             self._check_box_memory(shape)
+        else:
+            coarser = self.stokes.cells_per_voxel[0]
+            check_setting(
+                self.mean_aperture * coarser >= MIN_GAP_CELLS,
+                "mean_aperture",
+                f"must be at least {MIN_GAP_CELLS / coarser:g} voxels with the stokes reference at {coarser} cell(s) "
+                f"per voxel on its coarser mesh: below {MIN_GAP_CELLS} cells across the mean gap its extrapolated "
+                "flow was up to 5 % off (raise it, or the coarser mesh's cells per voxel)",
+                self.mean_aperture,
+            )
         # Both ends of every range must make valid fractures; checked before any simulation runs.
         self.recipe.check(shape, self.mean_aperture)
 
