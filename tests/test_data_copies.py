@@ -95,3 +95,19 @@ def test_a_repeated_pressure_is_not_needed_for_a_copy():
         replace(_rough(name), pressure=np.full((6, 8), value)) for name, value in (("f", 1), ("g", 2))
     )
     assert _repeats((first, "a.h5"), (second, "a.h5")) is not None
+
+
+def _plates(name: str, slope: float, shift: float = 0.0) -> Fracture:
+    """Plates 1e-4 m apart, tilted along the flow by ``slope`` and raised by ``shift`` metres."""
+    bottom = np.tile(slope * 1e-5 * np.arange(8), (6, 1)) + shift
+    aperture = np.full((6, 8), 1e-4)
+    return Fracture(name, aperture, None, bottom=bottom, top=bottom + aperture)
+
+
+def test_plates_tilted_by_another_slope_are_no_copies_of_parallel_plates():
+    # One aperture map, but the inclined laws' tensor differs with the mid-surface's slope.
+    assert _repeats((_plates("f", 0.0), "a.h5"), (_plates("g", 0.3), "a.h5")) is None
+
+
+def test_walls_raised_as_a_whole_pose_the_same_problem():
+    assert _repeats((_plates("f", 0.3), "a.h5"), (_plates("g", 0.3, shift=4e-4), "a.h5")) is not None

@@ -110,7 +110,8 @@ def test_published_recipe_makes_the_exact_cases_of_every_block():
     recipe = Published(special_every=8)
     kinds = [recipe.kind(i) for i in range(16)]
     assert kinds[:5] == ["parallel", "tilted_along", "tilted_across", "flat_mid_surface", "flat_mid_surface"]
-    assert kinds[5:8] == ["rough"] * 3 and kinds[8:13] == kinds[:5]
+    # Parallel plates of one mean aperture are one problem: the later blocks draw a rough fracture in their place.
+    assert kinds[5:8] == ["rough"] * 3 and kinds[8:13] == ["rough", *kinds[1:5]]
     assert {Published(special_every=0).kind(i) for i in range(16)} == {"rough"}
 
 
@@ -157,10 +158,10 @@ def test_the_rock_recipe_lands_in_the_ranges_of_rock_joints():
         assert JOINT_RANGES[name].holds(values), (name, np.median(values), values.min(), values.max())
 
 
-def test_the_rock_recipe_makes_exact_plates_in_every_block():
+def test_the_rock_recipe_makes_exact_plates():
     recipe = Rock(special_every=8)
     assert [recipe.kind(i) for i in range(16)] == [Published(special_every=8).kind(i) for i in range(16)]
-    parallel = recipe.walls((24, 32), 3.0, 0, 8)
+    parallel = recipe.walls((24, 32), 3.0, 0, 0)
     np.testing.assert_array_equal(parallel.aperture, 3.0)
     np.testing.assert_array_equal(parallel.bottom, -1.5)
     assert joint_statistics(parallel.bottom, parallel.top, parallel.aperture, 1.0) == pytest.approx(

@@ -1042,6 +1042,34 @@ def test_generate_starts_no_more_processes_than_fractures(tmp_path, monkeypatch)
     assert generate.part_path(generate.parts_folder(output), 0).is_file()
 
 
+def _make_all_but_fracture_1(config, index, lbm):
+    """Plates for every fracture but 1, whose reference fails (module level: the pool's workers unpickle it)."""
+    from flowlearn.errors import ReferenceConvergenceError
+
+    if index == 1:
+        raise ReferenceConvergenceError("fracture_001: the residual reached 3e-05 after 20000 iterations")
+    return _fracture(f"fracture_{index:03d}", aperture=(8 + index) * 1e-5)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_fracture_that_fails_is_named_and_the_others_are_kept(tmp_path, monkeypatch, processes):
+    # One fracture's reference fails: the others are made and kept, and the error names it at the end (it used to
+    # stop the loop, and the pool then ran every queued fracture for nothing before the error showed).
+    from flowlearn.errors import ProblemError
+    from flowlearn.reference import generate
+
+    monkeypatch.setattr(generate, "_make", _make_all_but_fracture_1)  # forked workers inherit it
+    output = tmp_path / "out.h5"
+    with pytest.raises(ProblemError) as error:
+        generate.make_parts(generate.DatasetConfig(count=4), output, [0, 1, 2, 3], processes, progress=False)
+    assert str(error.value) == (
+        f"1 of 4 fractures could not be made (the others are in {generate.parts_folder(output)}): fracture_001: "
+        "the residual reached 3e-05 after 20000 iterations"
+    )
+    parts = generate.parts_folder(output)
+    assert [generate.part_path(parts, i).is_file() for i in range(4)] == [True, False, True, True]
+
+
 def test_generate_without_a_compiler_says_which_to_install(tmp_path, capsys, monkeypatch):
     if importlib.util.find_spec("cupy") is not None:
         pytest.skip("cupy is installed: auto may choose the GPU, which needs no C++ compiler")

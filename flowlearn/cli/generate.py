@@ -118,7 +118,7 @@ _RECIPE_OPTIONS = {
     "mismatch_ratio": "mismatch length over the mean aperture (log-uniform draw)",
     "mid_slope": "rms slope of the mid-surface smoothed over the mean aperture",
     "special_every": "of every this many fractures, the first five are exact cases (plates flat and tilted, two flat "
-    "mid-surfaces; a note says which of yours are; 0: none)",
+    "mid-surfaces; the flat plates in the first block only; a note says which of yours are; 0: none)",
     "rms_ratio": "rms height of each wall over the mean aperture",
     "mismatch_length": "the walls match above this wavelength (voxels)",
     "wavelength_ratio": "shortest roughness wavelength over the mean aperture",

@@ -7,8 +7,9 @@ map can land on both sides: the held-out figures would then score a map the mode
 the first; :class:`Copies` finds them in the pass that validates every fracture before a run
 (:func:`flowlearn.data.files.validate_file`).
 
-Two fractures are copies where the Darcy problem on them is the same: the same aperture map, the same mask and the
-same flow axis. The apertures are compared rounded to float32, so that a copy stored in float32 (as the original
+Two fractures are copies where the Darcy problem on them is the same: the same aperture map, the same mask, the same
+flow axis and, where they store walls, the same mid-surface up to a shift in height (the inclined laws take their
+tensor from it: parallel plates and plates tilted by any slope share an aperture map, not a problem). The apertures are compared rounded to float32, so that a copy stored in float32 (as the original
 layout of ``flowlearn convert --layout original`` stores every map) counts as one in float64, and leading axes of
 length 1 are left out, so that a map held as a volume one voxel deep counts too. Their reference pressures are not
 compared: two references on one map would be two answers to one problem.
@@ -65,7 +66,8 @@ def _squeezed(values: np.ndarray) -> np.ndarray:
 
 def fingerprint(fracture: Fracture) -> bytes:
     """16 bytes that identify the Darcy problem on ``fracture``: its flow axis, shape and aperture (rounded to
-    float32), both without leading axes of length 1, and mask."""
+    float32), both without leading axes of length 1, its mid-surface less its mean (where it stores walls), and
+    mask."""
     aperture = _squeezed(np.asarray(fracture.aperture))
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"{fracture.flow_axis} {aperture.shape}".encode())
@@ -73,6 +75,10 @@ def fingerprint(fracture: Fracture) -> bytes:
     # Apertures beyond float32's range (1e300 m: another unit, refused later by name) become inf without a warning.
     with np.errstate(over="ignore"):
         digest.update(np.ascontiguousarray(aperture, dtype=np.float32).tobytes())
+    if fracture.bottom is not None and fracture.top is not None:
+        mid = 0.5 * (_squeezed(np.asarray(fracture.bottom)) + _squeezed(np.asarray(fracture.top)))
+        with np.errstate(over="ignore"):
+            digest.update(np.ascontiguousarray(mid - mid.mean(), dtype=np.float32).tobytes())
     # A mask that leaves out nothing poses the problem of no mask.
     if fracture.mask is not None and not np.all(fracture.mask):
         digest.update(np.ascontiguousarray(_squeezed(np.asarray(fracture.mask)), dtype=bool).tobytes())

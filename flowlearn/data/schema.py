@@ -69,10 +69,12 @@ OPTIONAL_FIELDS = ("pressure", "mask", "bottom", "top")
 WALL_FIELDS = ("bottom", "top")
 ORIGINAL_FIELDS = ("aperture_field",)
 ORIGINAL_OPTIONAL_FIELDS = ("pressure_field",)
-# Tolerance on the boundary columns, as a fraction of |inlet - outlet|. LBM pressure is not exactly uniform
-# across a rough inlet face (the shared original file deviates by up to 0.3%), so a column is judged by its
-# mean over active cells.
-BOUNDARY_TOLERANCE = 0.01
+# Tolerance on the boundary columns' mean over active cells, as a fraction of |inlet - outlet|: it catches a
+# pressure in another unit or heads that are not the file's. A 3D reference's pressure is not uniform across a
+# rough end column (the shared original file's plain mean is 0.3 % off its head), and flowlearn's references set
+# the heads at the end columns' flux-weighted means (flowlearn.reference.voxels.end_pressure), from which the
+# plain mean lies up to 4.5 % away where contacts close most of the column (rock fracture 14).
+BOUNDARY_TOLERANCE = 0.1
 # How far beyond its inlet and outlet pressures a reference pressure may go, in units of their difference. Without
 # sources the pressure stays between them (the maximum principle); an LBM reference overshoots by its compressibility
 # and boundary layers: 0.8% on the real fracture, up to 3.5% in the embedded dataset.

@@ -7,8 +7,8 @@ stated), from ``numpy.random.default_rng([seed, i])``, and synthesises its walls
     Walls in contact, each quantity in the range published for real rock joints (data/README.md gives the sources):
     σ/⟨b⟩ of the open gap, contact area by normal closure, mismatch length, roughness below the mean aperture, Hurst
     exponent and the smoothed slope of the mid-surface; every ``special_every`` fractures, five are cases that every
-    law must get right (parallel plates, plates tilted along and across the flow, two rough gaps with a flat
-    mid-surface). Synthesis: :mod:`flowlearn.fractures.closure`.
+    law must get right (parallel plates, in the first block only, plates tilted along and across the flow, two
+    rough gaps with a flat mid-surface). Synthesis: :mod:`flowlearn.fractures.closure`.
 
 ``rock``
     The ``published`` construction with the slopes of rock: each map is a window of walls ``extent`` times its size
@@ -156,7 +156,8 @@ class Published(Recipe):
             set it (the independent short wavelengths make a floor that it cannot go under); for tilted plates,
             their slope.
         special_every: of every this many fractures, five are the exact cases (indices 0-4 of each block:
-            parallel plates, tilted along, tilted across, two flat mid-surfaces); 0 makes none.
+            parallel plates, tilted along, tilted across, two flat mid-surfaces), the parallel plates in the first
+            block only; 0 makes none.
     """
 
     name: ClassVar[str] = "published"
@@ -200,7 +201,12 @@ class Published(Recipe):
 
     def kind(self, index: int) -> str:
         if self.special_every and index % self.special_every < len(self.SPECIAL):
-            return self.SPECIAL[index % self.special_every]
+            kind = self.SPECIAL[index % self.special_every]
+            # Parallel plates of one mean aperture are one Darcy problem wherever they lie: a dataset holds them
+            # once (the first block's), and later blocks draw a rough fracture in their place, where a copy would
+            # be refused by training (flowlearn.data.copies).
+            if not (kind == "parallel" and index >= self.special_every):
+                return kind
         return "rough"
 
     def shaping(self, index: int, drawn: dict[str, float]) -> dict[str, float]:

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -371,19 +372,43 @@ def make_parts(
     threads = config.lbm.threads or max(1, usable_cores() // processes)
     lbm = replace(config.lbm, threads=threads)
     bar = tqdm(total=len(indices), desc="fractures", disable=not progress)
+    failed: list[str] = []  # the one-line reason of each fracture that could not be made
     with bar:
         if processes == 1:
             for i in indices:
-                write_fractures(part_path(parts, i), [_make(config, i, lbm)])
+                _keep_part(parts, i, lambda i=i: _make(config, i, lbm), failed)
                 bar.update()
         else:
             with ProcessPoolExecutor(processes) as pool:
                 running = {pool.submit(_make, config, i, lbm): i for i in indices}
-                while running:
-                    done, _ = wait(running, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        write_fractures(part_path(parts, running.pop(future)), [future.result()])
-                        bar.update()
+                try:
+                    while running:
+                        done, _ = wait(running, return_when=FIRST_COMPLETED)
+                        for future in done:
+                            _keep_part(parts, running.pop(future), future.result, failed)
+                            bar.update()
+                except BaseException:
+                    # A bug or an interrupt: stop now, not after every queued fracture has run for nothing (the
+                    # pool's exit would wait for them, and their results would be thrown away).
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+    if failed:
+        raise ProblemError(
+            f"{len(failed)} of {len(indices)} fractures could not be made (the others are in {parts}): "
+            + "; ".join(failed)
+        )
+
+
+def _keep_part(parts: Path, index: int, made: Callable[[], Fracture], failed: list[str]) -> None:
+    """Write fracture ``index`` as ``made()`` returns it to its part file; where its walls or its reference fail
+    (:class:`ProblemError`, :class:`ReferenceConvergenceError`, each naming the fracture), add the reason to
+    ``failed`` instead, so that the other fractures go on."""
+    try:
+        fracture = made()
+    except (ProblemError, ReferenceConvergenceError) as err:
+        failed.append(str(err))
+        return
+    write_fractures(part_path(parts, index), [fracture])
 
 
 def merge_parts(config: DatasetConfig, path: str | os.PathLike) -> list[Fracture]:

@@ -65,6 +65,7 @@ from flowlearn.reference.voxels import (
     active_cells,
     add_reservoirs,
     check_fluid,
+    flowing_cells,
     fracture_voxels,
     gap_pressure,
     joined_to_ends,
@@ -770,7 +771,7 @@ def _measure_walls(case: Path, mesh: WallMesh, r: int, iterations: int) -> dict[
     cell_height = np.broadcast_to((mesh.map_thickness() / gap)[..., None], fluid.shape)
     speed = np.hypot(ux, on_cells(velocity[:, 1])) * cell_height
     column_fluid = _voxel_columns(fluid, r)
-    active = column_fluid.any(axis=2)
+    active = flowing_cells(column_fluid.any(axis=2))
     result = gap_pressure(
         _voxel_columns(on_cells(pressure), r), _voxel_columns(speed, r), column_fluid, active
     )

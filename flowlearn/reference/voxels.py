@@ -82,16 +82,28 @@ def check_fluid(fluid: object) -> None:
 
 
 def active_cells(fluid: np.ndarray) -> np.ndarray:
-    """The cells of the map (bool (H, W)) whose fluid joins, 4-connected as in the Darcy grid, the inlet or the
-    outlet column.
+    """The cells of the map (bool (H, W)) with fluid (bool (H, W, D)) that a 4-connected path (the Darcy grid's)
+    of such cells joins to both the inlet and the outlet column: :func:`flowing_cells` of its open map."""
+    return flowing_cells(fluid.any(axis=2))
+
+
+def flowing_cells(open_map: np.ndarray) -> np.ndarray:
+    """The cells of ``open_map`` (bool (H, W), the map's columns with fluid) that a 4-connected path of open cells
+    joins to both the inlet column (0) and the outlet column (W-1): the cells that can carry flow.
+
+    A pocket that reaches one end only is fed from that end's reservoir alone and carries none: the 3D solution
+    holds it at the reservoir's pressure, which lies outside the heads of the columns' means where contacts close
+    most of an end column (rock fracture 12: 2.29 at the inlet, heads 2 and 1), and the Darcy solve would hold
+    it at its end's head. It is left out of the mask.
 
     Raises:
         ProblemError: no fluid path joins the inlet column to the outlet column.
     """
-    labels, _ = ndimage.label(fluid.any(axis=2))
-    if not np.intersect1d(labels[:, 0], labels[:, -1]).any():
+    labels, _ = ndimage.label(open_map)
+    both = np.intersect1d(labels[:, 0], labels[:, -1])
+    if not both[both > 0].size:
         raise ProblemError("no fluid path joins the inlet column to the outlet column; nothing would flow")
-    return joined_to_ends(labels)
+    return np.isin(labels, both[both > 0])
 
 
 def joined_to_ends(labels: np.ndarray) -> np.ndarray:
@@ -120,10 +132,10 @@ class ReferenceFlow:
             (dimensionless); inactive cells hold the uniform-permeability profile 2 - c/(W-1) as a placeholder.
         flux: float64 (H, W), depth-integrated flux along x per unit width, in the solver's units.
         aperture: int64 (H, W), fluid voxels per column (the voxelised aperture).
-        active: bool (H, W), cells whose fluid connects (4-neighbour, as in the Darcy grid) to inlet or outlet.
+        active: bool (H, W), cells whose fluid a 4-neighbour path (the Darcy grid's) joins to inlet and outlet.
         flow_rate: Q, the flow through the outlet, in the solver's units.
-        conductance: Q μ / (p_in - p_out), voxels³, p_in and p_out the gap-averaged pressures of the first and last
-            columns (:func:`gap_pressure`): the flow rate per unit pressure drop and viscosity, which is Σ T Δh of
+        conductance: Q μ / (p_in - p_out), voxels³, p_in and p_out the flux-weighted means of the first and last
+            columns' gap-averaged pressures (:func:`gap_pressure`): the flow rate per unit pressure drop and viscosity, which is Σ T Δh of
             a Darcy model with heads dropping by 1 and T in voxels³.
         flux_imbalance: how far the flow is from conserved between inlet and outlet: 0 at an exact steady state.
     """
@@ -160,7 +172,7 @@ class GapPressure:
         pressure: float64 (H, W), normalised: 1 + (p - p_out) / (p_in - p_out); inactive cells hold the
             uniform-permeability profile 2 - c/(W-1) as a placeholder.
         raw: float64 (H, W), the flux-weighted gap average in the solver's units, NaN where inactive.
-        inlet: p_in, the mean of ``raw`` over the active cells of column 0.
+        inlet: p_in, the flux-weighted mean of ``raw`` over the active cells of column 0 (:func:`end_pressure`).
         outlet: p_out, the same over column W-1.
     """
 
@@ -182,12 +194,28 @@ def gap_pressure(
         active: bool (H, W), the cells with flow (:func:`active_cells`).
     """
     raw = np.where(active, flux_weighted_average(pressure, speed, fluid), np.nan)
-    inlet = float(np.nanmean(raw[:, 0]))
-    outlet = float(np.nanmean(raw[:, -1]))
+    column_flux = np.where(active, np.where(fluid, speed, 0.0).sum(axis=-1), 0.0)
+    inlet, outlet = (end_pressure(raw[:, end], column_flux[:, end], active[:, end]) for end in (0, -1))
     width = raw.shape[1]
     placeholder = np.broadcast_to(2.0 - np.arange(width) / (width - 1), raw.shape)
     normalised = np.where(active, 1.0 + (raw - outlet) / (inlet - outlet), placeholder)
     return GapPressure(pressure=normalised, raw=raw, inlet=inlet, outlet=outlet)
+
+
+def end_pressure(raw: np.ndarray, flux: np.ndarray, active: np.ndarray) -> float:
+    """The pressure of an end column (float (H,) gap averages ``raw``, NaN where not ``active``), the mean of its
+    cells weighted by their in-plane flux ``flux`` (float (H,)): the uniform head that passes the same flow into
+    the next column where each cell's conductance is about the same, and one that cells carrying no flow (a
+    contact's rim, a dead end) do not move. The plain mean over the active cells where none flows.
+
+    With the plain mean, the flow rate per unit head changed by 5 % more between meshes of 1 and 2 cells per voxel
+    than the flow rate itself on a rock fracture whose inlet column is closed by a contact over two thirds of its
+    width (fracture 4), and moved by 4 % on another (fracture 14), with the cells of the rim that each mesh counts.
+    """
+    total = float(flux[active].sum())
+    if total > 0:
+        return float((raw[active] * flux[active]).sum() / total)
+    return float(np.mean(raw[active]))
 
 
 def fracture_voxels(fracture: Fracture, voxel_size: float | None = None) -> np.ndarray:

@@ -6,7 +6,8 @@ follows the walls) converges at second order in the cell size h, so two meshes, 
 
     Q = Q(r₂) + (Q(r₂) - Q(r₁)) / ((r₂/r₁)² - 1)          (Richardson extrapolation)
 
-with the flow rate Q the conductance Q ν / (p_in - p_out) between the map's inlet and outlet columns. The pressure is
+with the flow rate Q the conductance Q ν / (p_in - p_out) between the map's inlet and outlet columns (each column's
+pressure its cells' mean weighted by their flow, :func:`~flowlearn.reference.voxels.end_pressure`). The pressure is
 the finer mesh's, gap-averaged over each voxel column and normalised as the LBM's (heads 2 and 1). On plates the
 scheme's error is exactly a multiple of h², so the extrapolation is exact there.
 
