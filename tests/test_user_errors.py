@@ -566,7 +566,7 @@ FILE_ROWS = [
     (
         "data.path={wild_pressure}",
         "{wild_pressure}: group 'f2': field 'pressure': 1 active pixel(s) lie outside the range [1, 2] of the outlet "
-        "and inlet pressures by more than 0.25 x |inlet - outlet|; the first is (3, 4): 1e+06",
+        "and inlet pressures by more than 0.5 x |inlet - outlet|; the first is (3, 4): 1e+06",
     ),
     (
         "data.path={provenance_text}",

@@ -35,8 +35,8 @@ from flowlearn.checks import (
     is_number,
 )
 from flowlearn.data.files import atomic_path, read_fracture, write_fractures
-from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture
-from flowlearn.errors import ProblemError, ReferenceConvergenceError, SettingError
+from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture, validate_fracture
+from flowlearn.errors import DataValidationError, ProblemError, ReferenceConvergenceError, SettingError
 from flowlearn.fractures.recipes import Published, Recipe
 from flowlearn.fractures.roughness import RoughFracture, geometry_stats
 from flowlearn.reference.convergence import refinement_change
@@ -400,15 +400,17 @@ def make_parts(
 
 
 def _keep_part(parts: Path, index: int, made: Callable[[], Fracture], failed: list[str]) -> None:
-    """Write fracture ``index`` as ``made()`` returns it to its part file; where its walls or its reference fail
-    (:class:`ProblemError`, :class:`ReferenceConvergenceError`, each naming the fracture), add the reason to
-    ``failed`` instead, so that the other fractures go on."""
+    """Write fracture ``index`` as ``made()`` returns it to its part file; where its walls or its reference fail, or
+    the file would not be valid (:class:`ProblemError`, :class:`ReferenceConvergenceError`,
+    :class:`DataValidationError`, each naming the fracture), add the reason to ``failed`` instead, so that the other
+    fractures go on."""
+    path = part_path(parts, index)
     try:
-        fracture = made()
-    except (ProblemError, ReferenceConvergenceError) as err:
+        fracture = validate_fracture(made(), path)
+    except (ProblemError, ReferenceConvergenceError, DataValidationError) as err:
         failed.append(str(err))
         return
-    write_fractures(part_path(parts, index), [fracture])
+    write_fractures(path, [fracture])
 
 
 def merge_parts(config: DatasetConfig, path: str | os.PathLike) -> list[Fracture]:
