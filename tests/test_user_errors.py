@@ -1042,13 +1042,15 @@ def test_generate_starts_no_more_processes_than_fractures(tmp_path, monkeypatch)
     assert generate.part_path(generate.parts_folder(output), 0).is_file()
 
 
-def _make_all_but_fracture_1(config, index, lbm):
-    """Plates for every fracture but 1, whose reference fails (module level: the pool's workers unpickle it)."""
+def _make_all_but_fractures_1_and_2(config, index, lbm):
+    """Plates for every fracture but 1, whose reference fails, and 2, whose pressure is in another unit (module
+    level: the pool's workers unpickle it)."""
     from flowlearn.errors import ReferenceConvergenceError
 
     if index == 1:
         raise ReferenceConvergenceError("fracture_001: the residual reached 3e-05 after 20000 iterations")
-    return _fracture(f"fracture_{index:03d}", aperture=(8 + index) * 1e-5)
+    plates = _fracture(f"fracture_{index:03d}", aperture=(8 + index) * 1e-5)
+    return replace(plates, pressure=plates.pressure * 1e5) if index == 2 else plates
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -1058,16 +1060,17 @@ def test_a_fracture_that_fails_is_named_and_the_others_are_kept(tmp_path, monkey
     from flowlearn.errors import ProblemError
     from flowlearn.reference import generate
 
-    monkeypatch.setattr(generate, "_make", _make_all_but_fracture_1)  # forked workers inherit it
+    monkeypatch.setattr(generate, "_make", _make_all_but_fractures_1_and_2)  # forked workers inherit it
     output = tmp_path / "out.h5"
     with pytest.raises(ProblemError) as error:
         generate.make_parts(generate.DatasetConfig(count=4), output, [0, 1, 2, 3], processes, progress=False)
-    assert str(error.value) == (
-        f"1 of 4 fractures could not be made (the others are in {generate.parts_folder(output)}): fracture_001: "
-        "the residual reached 3e-05 after 20000 iterations"
-    )
     parts = generate.parts_folder(output)
-    assert [generate.part_path(parts, i).is_file() for i in range(4)] == [True, False, True, True]
+    message = str(error.value)
+    assert message.startswith(f"2 of 4 fractures could not be made (the others are in {parts}): ")
+    assert "fracture_001: the residual reached 3e-05 after 20000 iterations" in message
+    assert "group 'fracture_002': field 'pressure': inlet face" in message
+    assert "\n" not in message
+    assert [generate.part_path(parts, i).is_file() for i in range(4)] == [True, False, False, True]
 
 
 def test_generate_without_a_compiler_says_which_to_install(tmp_path, capsys, monkeypatch):

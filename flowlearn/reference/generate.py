@@ -35,7 +35,7 @@ from flowlearn.checks import (
     is_number,
 )
 from flowlearn.data.files import atomic_path, read_fracture, write_fractures
-from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture, validate_fracture
+from flowlearn.data.schema import MIN_FLOW_LENGTH, Fracture
 from flowlearn.errors import DataValidationError, ProblemError, ReferenceConvergenceError, SettingError
 from flowlearn.fractures.recipes import Published, Recipe
 from flowlearn.fractures.roughness import RoughFracture, geometry_stats
@@ -404,13 +404,11 @@ def _keep_part(parts: Path, index: int, made: Callable[[], Fracture], failed: li
     the file would not be valid (:class:`ProblemError`, :class:`ReferenceConvergenceError`,
     :class:`DataValidationError`, each naming the fracture), add the reason to ``failed`` instead, so that the other
     fractures go on."""
-    path = part_path(parts, index)
     try:
-        fracture = validate_fracture(made(), path)
+        # write_fractures validates the fracture before it writes anything.
+        write_fractures(part_path(parts, index), [made()])
     except (ProblemError, ReferenceConvergenceError, DataValidationError) as err:
         failed.append(str(err))
-        return
-    write_fractures(path, [fracture])
 
 
 def merge_parts(config: DatasetConfig, path: str | os.PathLike) -> list[Fracture]:
