@@ -72,9 +72,13 @@ def run_generate(args: argparse.Namespace) -> int:
         try:
             summary = generate_dataset(config, args.output, processes=args.processes, progress=not args.quiet)
         except ReferenceConvergenceError as err:
+            helps = (
+                f"raise --max-steps (now {args.max_steps}), or --tolerance (now {args.tolerance:g})"
+                if config.reference == "lbm"
+                else f"lower --stokes-relaxation (now {args.stokes_relaxation:g})"
+            )
             raise ReferenceConvergenceError(
-                f"{err}: raise --max-steps (now {args.max_steps}), or --tolerance (now {args.tolerance:g}); the "
-                "finished fractures are kept, and the same command continues"
+                f"{err}: {helps}; the finished fractures are kept, and the same command continues"
             ) from err
     else:
         from flowlearn.reference.cluster import generate_on_slurm

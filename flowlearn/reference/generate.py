@@ -372,7 +372,7 @@ def make_parts(
     threads = config.lbm.threads or max(1, usable_cores() // processes)
     lbm = replace(config.lbm, threads=threads)
     bar = tqdm(total=len(indices), desc="fractures", disable=not progress)
-    failed: list[str] = []  # the one-line reason of each fracture that could not be made
+    failed: list[Exception] = []  # why each fracture that could not be made failed, in one line
     with bar:
         if processes == 1:
             for i in indices:
@@ -393,22 +393,25 @@ def make_parts(
                     pool.shutdown(wait=False, cancel_futures=True)
                     raise
     if failed:
-        raise ProblemError(
+        # Where every failure is a reference that did not converge, the error says so, so that the command line can
+        # name the settings that help.
+        unsteady = all(isinstance(err, ReferenceConvergenceError) for err in failed)
+        raise (ReferenceConvergenceError if unsteady else ProblemError)(
             f"{len(failed)} of {len(indices)} fractures could not be made (the others are in {parts}): "
-            + "; ".join(failed)
+            + "; ".join(map(str, failed))
         )
 
 
-def _keep_part(parts: Path, index: int, made: Callable[[], Fracture], failed: list[str]) -> None:
+def _keep_part(parts: Path, index: int, made: Callable[[], Fracture], failed: list[Exception]) -> None:
     """Write fracture ``index`` as ``made()`` returns it to its part file; where its walls or its reference fail, or
     the file would not be valid (:class:`ProblemError`, :class:`ReferenceConvergenceError`,
-    :class:`DataValidationError`, each naming the fracture), add the reason to ``failed`` instead, so that the other
+    :class:`DataValidationError`, each naming the fracture), add the error to ``failed`` instead, so that the other
     fractures go on."""
     try:
         # write_fractures validates the fracture before it writes anything.
         write_fractures(part_path(parts, index), [made()])
     except (ProblemError, ReferenceConvergenceError, DataValidationError) as err:
-        failed.append(str(err))
+        failed.append(err)
 
 
 def merge_parts(config: DatasetConfig, path: str | os.PathLike) -> list[Fracture]:
