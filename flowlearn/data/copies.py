@@ -9,10 +9,11 @@ the first; :class:`Copies` finds them in the pass that validates every fracture 
 
 Two fractures are copies where the Darcy problem on them is the same: the same aperture map, the same mask, the same
 flow axis and, where they store walls, the same mid-surface up to a shift in height (the inclined laws take their
-tensor from it: parallel plates and plates tilted by any slope share an aperture map, not a problem). The apertures are compared rounded to float32, so that a copy stored in float32 (as the original
-layout of ``flowlearn convert --layout original`` stores every map) counts as one in float64, and leading axes of
-length 1 are left out, so that a map held as a volume one voxel deep counts too. Their reference pressures are not
-compared: two references on one map would be two answers to one problem.
+tensor from it: parallel plates and plates tilted by any slope share an aperture map, not a problem). The apertures
+are compared rounded to float32, so that a copy stored in float32 (as the original layout of ``flowlearn convert
+--layout original`` stores every map) counts as one in float64, and leading axes of length 1 are left out, so that
+a map held as a volume one voxel deep counts too. Their reference pressures are not compared: two references on
+one map would be two answers to one problem.
 """
 
 from __future__ import annotations

@@ -100,10 +100,10 @@ def flowing_cells(open_map: np.ndarray) -> np.ndarray:
         ProblemError: no fluid path joins the inlet column to the outlet column.
     """
     labels, _ = ndimage.label(open_map)
-    both = np.intersect1d(labels[:, 0], labels[:, -1])
-    if not both[both > 0].size:
+    both = np.setdiff1d(np.intersect1d(labels[:, 0], labels[:, -1]), [0])  # 0 labels the closed cells
+    if not both.size:
         raise ProblemError("no fluid path joins the inlet column to the outlet column; nothing would flow")
-    return np.isin(labels, both[both > 0])
+    return np.isin(labels, both)
 
 
 def joined_to_ends(labels: np.ndarray) -> np.ndarray:
@@ -135,8 +135,8 @@ class ReferenceFlow:
         active: bool (H, W), cells whose fluid a 4-neighbour path (the Darcy grid's) joins to inlet and outlet.
         flow_rate: Q, the flow through the outlet, in the solver's units.
         conductance: Q μ / (p_in - p_out), voxels³, p_in and p_out the flux-weighted means of the first and last
-            columns' gap-averaged pressures (:func:`gap_pressure`): the flow rate per unit pressure drop and viscosity, which is Σ T Δh of
-            a Darcy model with heads dropping by 1 and T in voxels³.
+            columns' gap-averaged pressures (:func:`gap_pressure`): the flow rate per unit pressure drop and
+            viscosity, which is Σ T Δh of a Darcy model with heads dropping by 1 and T in voxels³.
         flux_imbalance: how far the flow is from conserved between inlet and outlet: 0 at an exact steady state.
     """
 
@@ -194,7 +194,7 @@ def gap_pressure(
         active: bool (H, W), the cells with flow (:func:`active_cells`).
     """
     raw = np.where(active, flux_weighted_average(pressure, speed, fluid), np.nan)
-    column_flux = np.where(active, np.where(fluid, speed, 0.0).sum(axis=-1), 0.0)
+    column_flux = np.where(fluid, speed, 0.0).sum(axis=-1)
     inlet, outlet = (end_pressure(raw[:, end], column_flux[:, end], active[:, end]) for end in (0, -1))
     width = raw.shape[1]
     placeholder = np.broadcast_to(2.0 - np.arange(width) / (width - 1), raw.shape)
